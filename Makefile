@@ -1,0 +1,52 @@
+# Control node: make setup; tests: make test (what CI runs through .ci/run).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+CACHE := $(CURDIR)/.cache
+STANDINS := $(CACHE)/standins
+export PATH := $(BIN):$(PATH)
+export CONTAINERS_CONF := $(CACHE)/containers.conf
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+.PHONY: setup lint unit images standins molecule integration test demo bench clean
+
+setup: $(VENV)/.installed  ## the control node's virtual environment
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+lint: setup  ## yamllint + ansible-lint (production profile)
+	$(BIN)/yamllint --strict .
+	$(BIN)/ansible-lint --offline --profile production
+
+unit: setup  ## pytest for the Python pieces and templates
+	$(BIN)/python -m pytest -q tests/unit
+
+images: setup  ## local Debian 12/11 images for Molecule (debootstrap + podman import)
+	$(BIN)/python tests/fixtures/images.py containers-conf $(CONTAINERS_CONF)
+	$(BIN)/python tests/fixtures/images.py build 12 11
+
+standins: setup  ## stand-ins for the vendor downloads CI cannot reach
+	$(BIN)/python tests/fixtures/standins.py build --out $(STANDINS)
+
+molecule: images standins  ## converge, idempotence, verify in containers
+	$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) -- $(BIN)/molecule test -s default
+
+integration: images standins  ## bad input and faults, against a throwaway container
+	$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) -- $(BIN)/python -m pytest -q tests/integration
+
+test: lint unit molecule integration  ## everything CI runs
+
+demo: images standins  ## the whole stack in a throwaway container, with the stand-ins
+	$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) -- $(BIN)/molecule converge -s default
+	@echo "Log in: podman exec -it verl-p40-debian12 bash -l    Remove: $(BIN)/molecule destroy -s default"
+
+bench: images standins  ## converge timings (cold, no-op, one-layer rebuild)
+	$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) -- $(BIN)/python tools/bench.py
+
+clean:
+	-$(BIN)/molecule destroy -s default
+	rm -rf $(CACHE)/standins/out

@@ -1,0 +1,81 @@
+"""Shared fixtures of the testinfra modules: the variables a layer was built from.
+
+The expected values come from the same variables the roles use: every role's defaults,
+group_vars/all, the inventory's vars for the host (when it is in STACK_INVENTORY, default
+inventory/hosts.yml), and the extra-vars files in STACK_VARS_FILES (comma-separated, the
+files a Molecule scenario passes with -e @FILE), templated by Ansible itself.
+
+    pytest --hosts=podman://NAME tests/infra
+    STACK_VARS_FILES=my-vars.yml pytest --hosts=ssh://p40-01 tests/infra
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from ansible.vars.manager import VariableManager
+
+ROOT = Path(__file__).resolve().parents[2]
+
+import sys  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "filter_plugins"))
+from stack import stack_artifact  # noqa: E402
+
+
+class StackVars:
+    """Ansible variables of one host, templated on demand."""
+
+    def __init__(self, hostname: str) -> None:
+        self.loader = DataLoader()
+        data: dict[str, Any] = {}
+        for defaults in sorted(ROOT.glob("roles/*/defaults/main.yml")):
+            data.update(self._load(defaults))
+        for group_file in sorted((ROOT / "group_vars" / "all").glob("*.yml")):
+            data.update(self._load(group_file))
+        inventory = os.environ.get("STACK_INVENTORY", str(ROOT / "inventory" / "hosts.yml"))
+        manager = InventoryManager(self.loader, sources=[inventory])
+        if manager.get_host(hostname) is not None:
+            host_vars = VariableManager(loader=self.loader, inventory=manager).get_vars(
+                host=manager.get_host(hostname), include_hostvars=False)
+            data.update({k: v for k, v in host_vars.items() if not k.startswith("ansible_")
+                         and k not in ("inventory_hostname", "groups", "group_names", "omit")})
+        for extra in filter(None, os.environ.get("STACK_VARS_FILES", "").split(",")):
+            data.update(self._load(Path(extra.strip())))
+        self.data = data
+        self.templar = Templar(loader=self.loader, variables=data)
+
+    def _load(self, path: Path) -> dict[str, Any]:
+        return self.loader.load_from_file(str(path), trusted_as_template=True) or {}
+
+    def __getitem__(self, name: str) -> Any:
+        return self.templar.template(trust_as_template("{{ %s }}" % name))
+
+    def artifact(self, key: str) -> dict[str, Any]:
+        return stack_artifact(self["stack_artifacts"], key, self["stack_artifact_overrides"],
+                              self["stack_mirror_url"])
+
+
+@pytest.fixture(scope="module")
+def stack(host) -> StackVars:
+    return StackVars(host.backend.get_hostname())
+
+
+@pytest.fixture(scope="module")
+def layer_state(host, stack):
+    """Read the state file of a layer on the host."""
+
+    def read(name: str) -> dict[str, Any]:
+        path = "%s/%s.json" % (stack["stack_state_dir"], name)
+        state_file = host.file(path)
+        assert state_file.exists, "%s is missing: the %s layer never completed" % (path, name)
+        return json.loads(state_file.content_string)
+
+    return read

@@ -1,0 +1,90 @@
+"""Shared fixtures for the unit tests.
+
+- module_utils/ is made importable as ansible.module_utils.<name>, the way
+  Ansible ships it to a module, so library/ modules import unchanged.
+- Real verl source distributions are fetched once with pip into a cache
+  (env VERL_P40_CACHE, else <repo>/.cache/sdist, which git ignores) and
+  unpacked once per session; tests that modify a tree get their own copy.
+  To run offline, put verl-<version>.tar.gz into that cache beforehand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import ansible.module_utils
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+if str(REPO / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+
+
+def sdist_cache() -> Path:
+    return Path(os.environ.get("VERL_P40_CACHE") or REPO / ".cache" / "sdist")
+
+
+def fetch_verl_sdist(version: str) -> Path:
+    """The verl-<version>.tar.gz source distribution, downloaded on first use."""
+    cache = sdist_cache()
+    archive = cache / ("verl-%s.tar.gz" % version)
+    if archive.is_file():
+        return archive
+    cache.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "verl==%s" % version,
+        "--dest",
+        str(cache),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0 or not archive.is_file():
+        pytest.fail(
+            "Could not download the verl %s sdist (%s). Put verl-%s.tar.gz into %s "
+            "(or set VERL_P40_CACHE to a directory holding it) and rerun.\n%s"
+            % (version, " ".join(command), version, cache, done.stderr[-2000:])
+        )
+    return archive
+
+
+def unpack(archive: Path, into: Path) -> Path:
+    """Unpack an sdist and return its top directory (verl-<version>/)."""
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)
+    (top,) = [path for path in into.iterdir() if path.is_dir()]
+    return top
+
+
+@pytest.fixture(scope="session")
+def verl_041_pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An unpacked verl 0.4.1 tree shared by the session: read it, never write to it."""
+    return unpack(fetch_verl_sdist("0.4.1"), tmp_path_factory.mktemp("verl-0.4.1-pristine"))
+
+
+@pytest.fixture
+def verl_041(verl_041_pristine: Path, tmp_path: Path) -> Path:
+    """A private, writable copy of the verl 0.4.1 tree (its root, holding verl/)."""
+    return Path(shutil.copytree(verl_041_pristine, tmp_path / verl_041_pristine.name, symlinks=True))
+
+
+@pytest.fixture
+def verl_091(tmp_path: Path) -> Path:
+    """A writable verl 0.9.1 tree: a release the patch catalog does not know."""
+    return unpack(fetch_verl_sdist("0.9.1"), tmp_path / "verl-0.9.1-tree")
