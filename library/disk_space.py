@@ -1,0 +1,101 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: check the free space the install paths need, filesystem by filesystem."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: disk_space
+short_description: Check that the filesystems holding some paths have enough free space
+description:
+  - For each requirement (a path, which need not exist yet, and the GiB it needs) finds the
+    filesystem that will hold it (that of its nearest existing ancestor). Requirements on one
+    filesystem add up. Never changes anything.
+options:
+  requirements:
+    description: List of C(path) and C(min_free_gb).
+    type: list
+    elements: dict
+    required: true
+author:
+  - verl-p40 maintainers
+"""
+
+EXAMPLES = r"""
+- name: Check free disk space
+  disk_space:
+    requirements:
+      - {path: /usr/local/cuda-11.8, min_free_gb: 8}
+      - {path: /var/cache/verl-p40, min_free_gb: 6}
+  register: space
+"""
+
+RETURN = r"""
+filesystems:
+  description: One entry per filesystem, with its paths, free and needed GiB.
+  type: list
+  returned: always
+shortfalls:
+  description: A sentence for each filesystem with less free space than needed.
+  type: list
+  returned: always
+"""
+
+import os
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+GIB = 1024 ** 3
+
+
+def existing_ancestor(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def mount_point(path: str) -> str:
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def check(requirements: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    by_device: dict[int, dict[str, Any]] = {}
+    for req in requirements:
+        anchor = existing_ancestor(str(req["path"]))
+        stat = os.statvfs(anchor)
+        slot = by_device.setdefault(os.stat(anchor).st_dev, {
+            "mount": mount_point(anchor),
+            "free_gb": round(stat.f_bavail * stat.f_frsize / GIB, 1),
+            "needed_gb": 0.0,
+            "paths": [],
+        })
+        slot["needed_gb"] += float(req["min_free_gb"])
+        slot["paths"].append(str(req["path"]))
+    filesystems = sorted(by_device.values(), key=lambda fs: fs["mount"])
+    shortfalls = ["%s (for %s) has %.1f GiB free, needs %.1f GiB"
+                  % (fs["mount"], ", ".join(fs["paths"]), fs["free_gb"], fs["needed_gb"])
+                  for fs in filesystems if fs["free_gb"] < fs["needed_gb"]]
+    return filesystems, shortfalls
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(requirements=dict(type="list", elements="dict", required=True)),
+        supports_check_mode=True,
+    )
+    for req in module.params["requirements"]:
+        if "path" not in req or "min_free_gb" not in req:
+            module.fail_json(msg="each requirement needs path and min_free_gb, got %r" % (req,))
+        if not str(req["path"]).startswith("/"):
+            module.fail_json(msg="requirement path %r must be absolute" % (req["path"],))
+    filesystems, shortfalls = check(module.params["requirements"])
+    module.exit_json(changed=False, filesystems=filesystems, shortfalls=shortfalls)
+
+
+if __name__ == "__main__":
+    main()
