@@ -19,10 +19,13 @@ from typing import Any
 import pytest
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 from ansible.vars.manager import VariableManager
 
 ROOT = Path(__file__).resolve().parents[2]
+# Lookups and filters used in the variables need Ansible's plugin loader.
+init_plugin_loader()
 
 import sys  # noqa: E402
 

@@ -1,0 +1,74 @@
+"""Fault tests: ansible-playbook against a throwaway Debian 12 container.
+
+Each test drives site.yml with bad input or a failing artifact and checks both the message
+and that no layer was left half-built. The container is made from the same local image as
+the Molecule scenario and removed afterwards; the stand-ins are served by the mirror that
+`make integration` starts (tests/fixtures/mirror.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = os.environ.get("STACK_TEST_IMAGE", "localhost/verl-p40-debian:12")
+STANDINS = Path(os.environ.get("VERL_P40_STANDINS", ROOT / ".cache" / "standins"))
+PORT = os.environ.get("VERL_P40_MIRROR_PORT", "18765")
+
+
+class Host:
+    """One container and the ansible-playbook runs against it."""
+
+    def __init__(self, name: str, workdir: Path) -> None:
+        self.name = name
+        self.inventory = workdir / "inventory"
+        self.inventory.mkdir()
+        (self.inventory / "group_vars").symlink_to(ROOT / "group_vars")
+        (self.inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {name: {
+            "ansible_connection": "containers.podman.podman",
+            "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+        self.standins = yaml.safe_load((STANDINS / "standins.yml").read_text())
+
+    def sh(self, command: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["podman", "exec", self.name, "sh", "-c", command],
+                              capture_output=True, text=True, check=check)
+
+    def play(self, *args: str, **extra_vars: Any) -> subprocess.CompletedProcess:
+        variables = {"preflight_require_gpu": False, "stack_mirror_url": "http://127.0.0.1:" + PORT,
+                     "stack_artifact_overrides": self.standins["stack_artifact_overrides"]}
+        variables.update(extra_vars)
+        command = ["ansible-playbook", "-i", str(self.inventory / "hosts.yml"), str(ROOT / "site.yml"),
+                   "-e", json.dumps(variables), *args]
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_FORCE_COLOR="0")
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+        result.output = result.stdout + result.stderr  # type: ignore[attr-defined]
+        return result
+
+    def state(self, layer: str) -> dict[str, Any]:
+        out = self.sh("cat /var/lib/verl-p40/layers/%s.json 2>/dev/null || echo '{}'" % layer).stdout
+        return json.loads(out)
+
+    def exists(self, path: str) -> bool:
+        return self.sh("test -e %s" % path, check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    if not (STANDINS / "standins.yml").is_file():
+        pytest.fail("no stand-ins in %s: run `make standins` (make integration does)" % STANDINS)
+    name = "verl-p40-it-" + uuid.uuid4().hex[:8]
+    subprocess.run(["podman", "run", "-d", "--init", "--network", "host", "--name", name, IMAGE,
+                    "sleep", "infinity"], check=True, capture_output=True)
+    try:
+        yield Host(name, tmp_path_factory.mktemp(name))
+    finally:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True)

@@ -1,0 +1,116 @@
+"""Bad input and faults end with a clear message and no half-built layer.
+
+The tests share one container and run in order: the preflight faults first (nothing may
+change), then the CUDA installer failing half way and the clean retry.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+P40_OLD_DRIVER = "0, Tesla P40, 6.1, 24576, 470.256.02, 00000000:3B:00.0"
+P40_GOOD_DRIVER = "0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0"
+
+
+def fake_nvidia_smi(host, line: str) -> None:
+    host.sh("printf '#!/bin/sh\\necho \"%s\"\\n' > /usr/local/bin/nvidia-smi && chmod +x /usr/local/bin/nvidia-smi"
+            % line)
+
+
+def assert_nothing_built(host) -> None:
+    for layer in ("cuda", "cudnn"):
+        assert host.state(layer) == {}, "%s state written" % layer
+    assert not host.exists("/usr/local/cuda-11.8")
+
+
+def test_no_gpu_with_gpus_required(host):
+    run = host.play(preflight_require_gpu=True)
+    assert run.returncode != 0
+    assert "No usable NVIDIA GPU" in run.output
+    assert "preflight_require_gpu: false" in run.output
+    assert_nothing_built(host)
+
+
+def test_driver_too_old(host):
+    fake_nvidia_smi(host, P40_OLD_DRIVER)
+    try:
+        run = host.play("--tags", "preflight", preflight_require_gpu=True)
+    finally:
+        host.sh("rm -f /usr/local/bin/nvidia-smi")
+    assert run.returncode != 0
+    assert "runs driver 470.256.02" in run.output and "520.61.05" in run.output
+    assert_nothing_built(host)
+
+
+def test_p40_selects_the_pascal_profile(host):
+    fake_nvidia_smi(host, P40_GOOD_DRIVER)
+    try:
+        run = host.play("--tags", "preflight", preflight_require_gpu=True)
+    finally:
+        host.sh("rm -f /usr/local/bin/nvidia-smi")
+    assert run.returncode == 0, run.output
+    assert "1 x Tesla P40 (cc 6.1, 24576 MiB), driver 535.183.01; profile pascal" in run.output
+    assert host.state("preflight")["inputs"]["profile"] == "pascal"
+
+
+def test_unsupported_os(host):
+    host.sh("cp /etc/os-release /etc/os-release.orig && sed -i 's/^VERSION_ID=.*/VERSION_ID=\"13\"/' /etc/os-release"
+            " && cp /etc/debian_version /etc/debian_version.orig && echo 13.1 > /etc/debian_version")
+    try:
+        run = host.play()
+    finally:
+        host.sh("mv /etc/os-release.orig /etc/os-release && mv /etc/debian_version.orig /etc/debian_version")
+    assert run.returncode != 0
+    assert "Debian 13 is not supported" in run.output
+    assert_nothing_built(host)
+
+
+def test_too_little_disk(host):
+    run = host.play(preflight_disk_requirements=[{"path": "/usr/local/cuda-11.8", "min_free_gb": 1000000}])
+    assert run.returncode != 0
+    assert "Not enough free disk space" in run.output and "needs 1000000.0 GiB" in run.output
+    assert_nothing_built(host)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"cuda_link": "maybe"}, "cuda_link"),
+    ({"cudnn_prefix": ["not", "a", "path"]}, "cudnn_prefix"),
+    ({"rebuild": "cdua"}, "rebuild names unknown layer(s) cdua"),
+    ({"cuda_prefix": "/usr"}, "must be an absolute path of its own"),
+])
+def test_invalid_variables(host, extra, message):
+    run = host.play(**extra)
+    assert run.returncode != 0
+    assert message in run.output
+    assert_nothing_built(host)
+
+
+def test_wrong_checksum(host):
+    overrides = dict(host.standins["stack_artifact_overrides"])
+    overrides["cuda_runfile"] = dict(overrides["cuda_runfile"], sha256="0" * 64)
+    run = host.play(stack_artifact_overrides=overrides)
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert overrides["cuda_runfile"]["file"] in out
+    assert "expected sha256 " + "0" * 64 in out
+    assert "got " + host.standins["stack_artifact_overrides"]["cuda_runfile"]["sha256"] in out
+    assert_nothing_built(host)
+    assert not host.exists("/var/cache/verl-p40/" + overrides["cuda_runfile"]["file"])
+
+
+def test_installer_failing_half_way_is_redone(host):
+    overrides = dict(host.standins["stack_artifact_overrides"])
+    overrides["cuda_runfile"] = host.standins["standin_cuda_runfile_failing"]
+    run = host.play(stack_artifact_overrides=overrides)
+    assert run.returncode != 0
+    assert "The CUDA installer exited with" in run.output
+    assert "Last lines of /var/log/cuda-installer.log" in run.output
+    assert host.state("cuda")["status"] == "building"
+    assert host.state("cudnn") == {}
+
+    run = host.play("--tags", "cuda,cudnn")
+    assert run.returncode == 0, run.output[-3000:]
+    assert host.state("cuda")["status"] == "complete"
+    assert host.state("cudnn")["status"] == "complete"
+    nvcc = host.sh("/usr/local/cuda-11.8/bin/nvcc --version").stdout
+    assert "release 11.8, V11.8.89" in nvcc
