@@ -1,0 +1,51 @@
+"""The project's layout: group_vars reach the plays, every layer is wired the same way."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+
+
+def play(inventory: Path, playbook: Path) -> subprocess.CompletedProcess:
+    # Only the tasks tagged always run: the group_vars check of each stage playbook.
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook), "--tags", "none",
+                           "--skip-tags", "preflight", "-e", "ansible_python_interpreter=" + sys.executable],
+                          capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def test_group_vars_reach_site_and_stage_playbooks():
+    playbooks = [REPO / "site.yml", *sorted((REPO / "playbooks").glob("*.yml"))]
+    assert len(playbooks) >= 3
+    for playbook in playbooks:
+        run = play(REPO / "inventory" / "hosts.yml", playbook)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "Check that group_vars/ was loaded" in run.stdout
+
+
+def test_an_inventory_without_group_vars_is_caught(tmp_path):
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local"}}}}))
+    run = play(tmp_path / "hosts.yml", REPO / "site.yml")
+    assert run.returncode != 0
+    assert "The project's group_vars/ did not reach localhost" in run.stdout
+
+
+def test_every_layer_role_has_the_standard_files():
+    layers = yaml.safe_load((REPO / "group_vars/all/stack.yml").read_text())["stack_layers"]
+    built = [name for name in layers if (REPO / "roles" / name).is_dir()]
+    assert built[:3] == ["preflight", "cuda", "cudnn"]
+    for name in built:
+        role = REPO / "roles" / name
+        for part in ("defaults/main.yml", "meta/argument_specs.yml", "meta/main.yml", "tasks/main.yml"):
+            assert (role / part).is_file(), "%s lacks %s" % (name, part)
+        assert (REPO / "tests" / "infra" / ("test_%s.py" % name)).is_file(), "no testinfra module for " + name
+        tasks = (role / "tasks" / "main.yml").read_text()
+        assert "layer_state:" in tasks, name + " does not record its state"

@@ -1,0 +1,67 @@
+"""The artifact filter and the disk_space module."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "filter_plugins"))
+sys.path.insert(0, str(REPO / "library"))
+import disk_space  # noqa: E402
+from stack import stack_artifact  # noqa: E402
+
+MANIFEST = yaml.safe_load((REPO / "group_vars/all/artifacts.yml").read_text())["stack_artifacts"]
+
+
+def test_manifest_entries_are_complete():
+    for key, entry in MANIFEST.items():
+        resolved = stack_artifact(MANIFEST, key)
+        assert resolved["source"] == entry["url"]
+        assert resolved["url"].endswith("/" + entry["file"])
+        assert entry["version"]
+
+
+def test_manifest_pins_stack_md_checksums():
+    assert MANIFEST["cuda_runfile"]["sha256"] == "9223c4af3aebe4a7bbed9abd9b163b03a1b34b855fbc2b4a0d1b706ac09a5a16"
+    assert MANIFEST["cudnn_archive"]["sha256"] == "a3e2509028cecda0117ce5a0f42106346e82e86d390f4bb9475afc976c77402e"
+    assert MANIFEST["cudnn_archive"]["size"] == 860967256
+
+
+def test_mirror_and_overrides():
+    entry = stack_artifact(MANIFEST, "cudnn_archive", {"cudnn_archive": {"file": "x.tar.xz", "sha256": "A" * 64}},
+                           "http://127.0.0.1:1/m/")
+    assert entry["source"] == "http://127.0.0.1:1/m/x.tar.xz"
+    assert entry["sha256"] == "a" * 64
+    assert entry["url"] == MANIFEST["cudnn_archive"]["url"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"sha256": "123"}, "is not 64 hex digits"),
+    ({"file": "../etc/passwd"}, "must be a plain file name"),
+    ({"url": ""}, "has no url"),
+])
+def test_bad_entries(override, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        stack_artifact(MANIFEST, "cuda_runfile", {"cuda_runfile": override})
+
+
+def test_unknown_key():
+    with pytest.raises(AnsibleFilterError, match="not in stack_artifacts"):
+        stack_artifact(MANIFEST, "cuda_rnufile")
+
+
+def test_disk_space_adds_up_paths_on_one_filesystem(tmp_path):
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize / disk_space.GIB
+    reqs = [{"path": str(tmp_path / "not/yet/there"), "min_free_gb": free * 0.6},
+            {"path": str(tmp_path), "min_free_gb": free * 0.6}]
+    filesystems, shortfalls = disk_space.check(reqs)
+    assert len(filesystems) == 1 and len(shortfalls) == 1
+    assert "needs %.1f GiB" % (free * 1.2) in shortfalls[0]
+    _, none = disk_space.check(reqs[:1])
+    assert none == []

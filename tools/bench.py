@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Benchmark the converge of site.yml into a fresh container, through ansible-runner.
+
+Prints, per scenario (cold converge, no-op rerun, one-layer rebuild), the wall time and,
+from ansible-runner's event stream, each layer's task count, changed count and seconds.
+Needs the local images and stand-ins (`make bench` builds them and serves the mirror).
+
+    python tools/bench.py [--image localhost/verl-p40-debian:12] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HELPER_ROLES = {"stack_artifact"}
+
+
+def layer_table(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Tasks, changed tasks and seconds per layer; helper roles count for the layer that called them."""
+    table: dict[str, dict[str, float]] = collections.OrderedDict()
+    layer = "play"
+    for event in events:
+        if event.get("event") not in ("runner_on_ok", "runner_on_failed", "runner_on_skipped"):
+            continue
+        data = event.get("event_data", {})
+        role = data.get("role") or "play"
+        if role not in HELPER_ROLES:
+            layer = role
+        row = table.setdefault(layer, {"tasks": 0, "changed": 0, "seconds": 0.0})
+        row["tasks"] += 1
+        row["changed"] += 1 if data.get("res", {}).get("changed") else 0
+        row["seconds"] += float(data.get("duration") or 0.0)
+    return table
+
+
+def run(name: str, workdir: Path, inventory: Path, extravars: dict[str, Any], cmdline: str = "") -> dict[str, Any]:
+    private = workdir / name.replace(" ", "-")
+    private.mkdir()
+    start = time.monotonic()
+    result = ansible_runner.run(
+        private_data_dir=str(private), playbook=str(ROOT / "site.yml"), inventory=str(inventory),
+        extravars=extravars, cmdline=cmdline, quiet=True,
+        envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+    )
+    wall = time.monotonic() - start
+    events = list(result.events)
+    if result.rc != 0:
+        tail = [e.get("stdout", "") for e in events[-15:]]
+        raise SystemExit("%s failed (rc %s):\n%s" % (name, result.rc, "\n".join(tail)))
+    table = layer_table(events)
+    return {"name": name, "wall": wall, "changed": sum(int(r["changed"]) for r in table.values()), "layers": table}
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    for res in results:
+        print("\n%s: %.1f s wall, %d changed" % (res["name"], res["wall"], res["changed"]))
+        print("  %-12s %6s %8s %9s" % ("layer", "tasks", "changed", "seconds"))
+        for layer, row in res["layers"].items():
+            print("  %-12s %6d %8d %9.1f" % (layer, row["tasks"], row["changed"], row["seconds"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--image", default="localhost/verl-p40-debian:12")
+    parser.add_argument("--standins", default=str(ROOT / ".cache" / "standins" / "standins.yml"))
+    parser.add_argument("--keep", action="store_true", help="keep the container afterwards")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+
+    container = "verl-p40-bench-" + uuid.uuid4().hex[:6]
+    subprocess.run(["podman", "run", "-d", "--init", "--network", "host", "--name", container, args.image,
+                    "sleep", "infinity"], check=True, capture_output=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="verl-p40-bench-") as tmp:
+            workdir = Path(tmp)
+            (workdir / "inventory").mkdir()
+            (workdir / "inventory" / "group_vars").symlink_to(ROOT / "group_vars")
+            inventory = workdir / "inventory" / "hosts.yml"
+            inventory.write_text(yaml.safe_dump({"all": {"hosts": {container: {
+                "ansible_connection": "containers.podman.podman",
+                "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+            standins = yaml.safe_load(Path(args.standins).read_text())
+            extravars = {
+                "preflight_require_gpu": False,
+                "stack_mirror_url": "http://127.0.0.1:" + os.environ.get("VERL_P40_MIRROR_PORT", "18765"),
+                "stack_artifact_overrides": standins["stack_artifact_overrides"],
+            }
+            results = [
+                run("cold converge", workdir, inventory, extravars),
+                run("no-op rerun", workdir, inventory, extravars),
+                run("--tags cuda -e rebuild=cuda", workdir, inventory, dict(extravars, rebuild="cuda"), "--tags cuda"),
+            ]
+    finally:
+        if not args.keep:
+            subprocess.run(["podman", "rm", "-f", "-t", "0", container], capture_output=True)
+    report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
