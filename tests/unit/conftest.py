@@ -88,3 +88,26 @@ def verl_041(verl_041_pristine: Path, tmp_path: Path) -> Path:
 def verl_091(tmp_path: Path) -> Path:
     """A writable verl 0.9.1 tree: a release the patch catalog does not know."""
     return unpack(fetch_verl_sdist("0.9.1"), tmp_path / "verl-0.9.1-tree")
+
+
+# -- the launcher, rendered by tools/render.py ---------------------------------
+
+if str(REPO / "tools") not in sys.path:
+    sys.path.insert(0, str(REPO / "tools"))
+
+
+def gpu_profile_names() -> list[str]:
+    """The profiles in group_vars/all/gpu_profiles.yml, for parametrizing tests."""
+    import yaml
+
+    data = yaml.safe_load((REPO / "group_vars" / "all" / "gpu_profiles.yml").read_text())
+    return list(data["stack_gpu_profiles"])
+
+
+@pytest.fixture(scope="session")
+def rendered_launchers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """train.sh and train.env of every GPU profile with the train role's defaults: name -> directory."""
+    import render
+
+    root = tmp_path_factory.mktemp("launchers")
+    return {name: render.render(name, root / name)["train.sh"].parent for name in gpu_profile_names()}
