@@ -55,6 +55,11 @@ class StackVars:
         self.data = data
         self.templar = Templar(loader=self.loader, variables=data)
 
+    def use_profile(self, name: str) -> None:
+        """Set preflight_profile as preflight set it on the host, for the defaults that read it."""
+        self.data["preflight_profile"] = dict(self["stack_gpu_profiles"][name], name=name)
+        self.templar = Templar(loader=self.loader, variables=self.data)
+
     def _load(self, path: Path) -> dict[str, Any]:
         return self.loader.load_from_file(str(path), trusted_as_template=True) or {}
 
@@ -68,7 +73,11 @@ class StackVars:
 
 @pytest.fixture(scope="module")
 def stack(host) -> StackVars:
-    return StackVars(host.backend.get_hostname())
+    variables = StackVars(host.backend.get_hostname())
+    preflight = host.file(variables["stack_state_dir"] + "/preflight.json")
+    if preflight.exists:
+        variables.use_profile(json.loads(preflight.content_string)["inputs"]["profile"])
+    return variables
 
 
 @pytest.fixture(scope="module")

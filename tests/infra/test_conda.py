@@ -1,0 +1,51 @@
+"""The conda layer: Miniforge, the env with the expected Python, owned by the training user."""
+
+import json
+
+
+def test_training_user_exists(host, stack):
+    user = host.user(stack["stack_user"])
+    assert user.exists
+    assert user.home == stack["stack_user_home"]
+
+
+def test_conda_runs(host, stack):
+    out = host.check_output(stack["stack_conda_prefix"] + "/bin/conda --version")
+    assert out.startswith("conda ")
+
+
+def test_env_python_version(host, stack):
+    python = stack["stack_env_prefix"] + "/bin/python"
+    version = host.check_output(python + " -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
+    assert version == stack["conda_python_version"]
+
+
+def test_env_and_work_dir_belong_to_the_user(host, stack):
+    for path in (stack["stack_env_prefix"], stack["stack_work_dir"]):
+        assert host.file(path).user == stack["stack_user"], path
+
+
+def test_condarc_uses_conda_forge_only(host, stack):
+    condarc = host.file(stack["stack_conda_prefix"] + "/.condarc").content_string
+    assert "conda-forge" in condarc
+    assert "defaults" not in condarc
+
+
+def test_pip_conf_applies_the_constraints(host, stack):
+    pip_conf = host.file(stack["stack_env_prefix"] + "/pip.conf").content_string
+    assert "constraint = %s/constraints.txt" % stack["stack_env_prefix"] in pip_conf
+
+
+def test_login_shell_of_the_user_activates_the_env(host, stack):
+    with host.sudo(stack["stack_user"]):
+        out = host.check_output("bash -lc 'echo $CONDA_PREFIX; command -v python'")
+    prefix, python = out.splitlines()[-2:]
+    assert prefix == stack["stack_env_prefix"]
+    assert python == stack["stack_env_prefix"] + "/bin/python"
+
+
+def test_layer_state(layer_state, stack):
+    state = layer_state("conda")
+    assert state["status"] == "complete"
+    assert state["details"]["python"] == stack["conda_python_version"]
+    assert json.dumps(state["inputs"]["env"]) == json.dumps(stack["stack_env_prefix"])

@@ -1,0 +1,48 @@
+"""The torch layer: the pinned build, and constraints that keep it."""
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def build(host, stack):
+    out = host.check_output(stack["stack_env_prefix"] + "/bin/python -c "
+                            "'import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))'")
+    return json.loads(out)
+
+
+def test_version_and_cuda(build, stack):
+    assert build == [stack["torch_expected_version"], stack["torch_expected_cuda"]]
+
+
+def test_constraints_pin_every_package(host, stack):
+    pins = host.file(stack["stack_env_prefix"] + "/constraints.txt").content_string.split()
+    for package in stack["torch_packages"]:
+        assert package in pins
+
+
+def test_a_later_pip_install_cannot_replace_torch(host, stack):
+    with host.sudo(stack["stack_user"]):
+        result = host.run(stack["stack_env_prefix"] + "/bin/python -m pip install --dry-run --no-deps torch==2.5.1")
+    assert result.rc != 0
+    assert "torch" in result.stderr and ("constraint" in result.stderr or "conflict" in result.stderr.lower())
+
+
+def test_gpu_matches_the_profile(host, stack, layer_state):
+    gpus = layer_state("preflight")["inputs"]["gpus"]
+    if not gpus:
+        pytest.skip("no GPU on this host")
+    out = host.check_output(stack["stack_env_prefix"] + "/bin/python -c "
+                            "'import torch; a = torch.ones(64, 64, device=\"cuda\"); "
+                            "print(\"%d.%d\" % torch.cuda.get_device_capability(0), (a @ a)[0, 0].item())'")
+    cap, value = out.split()
+    assert cap == gpus[0]["compute_capability"]
+    assert float(value) == 64.0
+
+
+def test_layer_state(layer_state, stack):
+    state = layer_state("torch")
+    assert state["status"] == "complete"
+    assert state["version"] == stack["torch_expected_version"]
+    assert state["requires"]["conda"] == layer_state("conda")["fingerprint"]

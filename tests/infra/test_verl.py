@@ -1,0 +1,34 @@
+"""The verl layer: the pinned checkout, installed editable, torch untouched."""
+
+import json
+
+
+def test_checkout_at_the_pinned_commit(host, stack):
+    with host.sudo(stack["stack_user"]):
+        head = host.check_output("git -C %s rev-parse HEAD" % stack["stack_verl_dir"])
+    assert head == stack["verl_commit"]
+
+
+def test_import_resolves_to_the_checkout(host, stack):
+    out = host.check_output(stack["stack_env_prefix"] + "/bin/python -c "
+                            "'import json, verl, torch; print(json.dumps([verl.__file__, verl.__version__, torch.__version__]))'")
+    path, version, torch_version = json.loads(out)
+    assert path.startswith(stack["stack_verl_dir"] + "/")
+    assert version == stack["verl_expected_version"]
+    assert torch_version == stack["torch_expected_version"]
+
+
+def test_pip_check(host, stack):
+    import re
+
+    result = host.run(stack["stack_env_prefix"] + "/bin/python -m pip check")
+    lines = [line for line in result.stdout.splitlines() if not line.startswith("No broken requirements")]
+    allowed = [re.compile(pattern) for pattern in stack["verl_pip_check_allowed"]]
+    assert [line for line in lines if not any(p.search(line) for p in allowed)] == []
+
+
+def test_layer_state(layer_state, stack):
+    state = layer_state("verl")
+    assert state["status"] == "complete"
+    assert state["details"]["commit"] == stack["verl_commit"]
+    assert state["requires"]["torch"] == layer_state("torch")["fingerprint"]
