@@ -9,13 +9,13 @@ export PATH := $(BIN):$(PATH)
 export CONTAINERS_CONF := $(CACHE)/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup lint unit images standins molecule integration test demo bench clean
+.PHONY: render setup lint unit images standins molecule integration test demo bench clean
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-test.txt
 	touch $@
 
 lint: setup  ## yamllint + ansible-lint (production profile)
@@ -46,6 +46,11 @@ demo: images standins  ## the whole stack in a throwaway container, with the sta
 
 bench: images standins  ## converge timings (cold, no-op, one-layer rebuild)
 	$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) -- $(BIN)/python tools/bench.py
+
+PROFILE ?= pascal
+OUT ?= out/$(PROFILE)
+render: setup  ## the launcher a host with PROFILE would get, into OUT (no host needed)
+	$(BIN)/python tools/render.py --profile $(PROFILE) --out $(OUT)
 
 clean:
 	-$(BIN)/molecule destroy -s default

@@ -47,5 +47,5 @@ def test_every_layer_role_has_the_standard_files():
         for part in ("defaults/main.yml", "meta/argument_specs.yml", "meta/main.yml", "tasks/main.yml"):
             assert (role / part).is_file(), "%s lacks %s" % (name, part)
         assert (REPO / "tests" / "infra" / ("test_%s.py" % name)).is_file(), "no testinfra module for " + name
-        tasks = (role / "tasks" / "main.yml").read_text()
+        tasks = "".join(path.read_text() for path in (role / "tasks").glob("*.yml"))
         assert "layer_state:" in tasks, name + " does not record its state"

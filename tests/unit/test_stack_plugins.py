@@ -21,6 +21,11 @@ MANIFEST = yaml.safe_load((REPO / "group_vars/all/artifacts.yml").read_text())["
 
 def test_manifest_entries_are_complete():
     for key, entry in MANIFEST.items():
+        if key == "vllm_wheel":
+            # Published without a checksum we could confirm: refused until the user pins one.
+            with pytest.raises(AnsibleFilterError, match="has no sha256"):
+                stack_artifact(MANIFEST, key)
+            continue
         resolved = stack_artifact(MANIFEST, key)
         assert resolved["source"] == entry["url"]
         assert resolved["url"].endswith("/" + entry["file"])
