@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 CACHE := $(CURDIR)/.cache
 STANDINS := $(CACHE)/standins
+PY_STANDINS := $(CACHE)/standins-python
+MIRROR := $(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) --dir $(PY_STANDINS) --
 export PATH := $(BIN):$(PATH)
 export CONTAINERS_CONF := $(CACHE)/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -29,29 +31,31 @@ images: setup  ## local Debian 12/11 images for Molecule (debootstrap + podman i
 	$(BIN)/python tests/fixtures/images.py containers-conf $(CONTAINERS_CONF)
 	$(BIN)/python tests/fixtures/images.py build 12 11
 
-standins: setup  ## stand-ins for the vendor downloads CI cannot reach
+standins: setup  ## stand-ins for the downloads CI cannot reach (NVIDIA, conda-forge, GitHub)
 	$(BIN)/python tests/fixtures/standins.py build --out $(STANDINS)
+	$(BIN)/python tests/fixtures/standins_python.py build --out $(PY_STANDINS)
 
-molecule: images standins  ## converge, idempotence, verify in containers
-	$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) -- $(BIN)/molecule test -s default
+molecule: images standins  ## converge, idempotence, verify in containers (Debian 12: all layers; 11: system)
+	$(MIRROR) $(BIN)/molecule test -s default
+	$(MIRROR) $(BIN)/molecule test -s bullseye
 
 integration: images standins  ## bad input and faults, against a throwaway container
-	$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) -- $(BIN)/python -m pytest -q tests/integration
+	$(MIRROR) $(BIN)/python -m pytest -q tests/integration
 
 test: lint unit molecule integration  ## everything CI runs
 
 demo: images standins  ## the whole stack in a throwaway container, with the stand-ins
-	$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) -- $(BIN)/molecule converge -s default
+	$(MIRROR) $(BIN)/molecule converge -s default
 	@echo "Log in: podman exec -it verl-p40-debian12 bash -l    Remove: $(BIN)/molecule destroy -s default"
 
 bench: images standins  ## converge timings (cold, no-op, one-layer rebuild)
-	$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) -- $(BIN)/python tools/bench.py
+	$(MIRROR) $(BIN)/python tools/bench.py
 
 PROFILE ?= pascal
 OUT ?= out/$(PROFILE)
 render: setup  ## the launcher a host with PROFILE would get, into OUT (no host needed)
 	$(BIN)/python tools/render.py --profile $(PROFILE) --out $(OUT)
 
-clean:
+clean:  ## remove the scenario containers (caches stay)
 	-$(BIN)/molecule destroy -s default
-	rm -rf $(CACHE)/standins/out
+	-$(BIN)/molecule destroy -s bullseye

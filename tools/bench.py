@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,18 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPER_ROLES = {"stack_artifact"}
+VARS_FILES = [ROOT / ".cache/standins/standins.yml", ROOT / ".cache/standins-python/standins_python.yml",
+              ROOT / "tests/fixtures/ci-vars.yml"]
+
+
+def copy_fixtures(container: str) -> None:
+    """The GSM8K fixture and the model stand-in, where tests/fixtures/ci-vars.yml expects them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/gsm8k_fixture.py"), "--out", tmp + "/gsm8k",
+                        "--train-rows", "40", "--test-rows", "16"], check=True, capture_output=True)
+        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/tiny_model.py"), "--out", tmp + "/tiny-qwen2-standin"],
+                       check=True, capture_output=True)
+        subprocess.run(["podman", "cp", tmp + "/.", container + ":/srv/verl-p40-fixtures"], check=True)
 
 
 def layer_table(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -76,7 +87,6 @@ def report(results: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image", default="localhost/verl-p40-debian:12")
-    parser.add_argument("--standins", default=str(ROOT / ".cache" / "standins" / "standins.yml"))
     parser.add_argument("--keep", action="store_true", help="keep the container afterwards")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
@@ -93,16 +103,17 @@ def main(argv: list[str] | None = None) -> int:
             inventory.write_text(yaml.safe_dump({"all": {"hosts": {container: {
                 "ansible_connection": "containers.podman.podman",
                 "ansible_python_interpreter": "/usr/bin/python3"}}}}))
-            standins = yaml.safe_load(Path(args.standins).read_text())
-            extravars = {
-                "preflight_require_gpu": False,
-                "stack_mirror_url": "http://127.0.0.1:" + os.environ.get("VERL_P40_MIRROR_PORT", "18765"),
-                "stack_artifact_overrides": standins["stack_artifact_overrides"],
-            }
+            # The same extra-vars files as the Molecule scenarios, and the same prepare step.
+            files = " ".join("-e @%s" % path for path in VARS_FILES)
+            subprocess.run(["podman", "exec", container, "sh", "-c", "apt-get update -qq && apt-get install -y -qq python3-dev"],
+                           check=True, capture_output=True)
+            copy_fixtures(container)
             results = [
-                run("cold converge", workdir, inventory, extravars),
-                run("no-op rerun", workdir, inventory, extravars),
-                run("--tags cuda -e rebuild=cuda", workdir, inventory, dict(extravars, rebuild="cuda"), "--tags cuda"),
+                run("cold converge", workdir, inventory, {}, files),
+                run("no-op rerun", workdir, inventory, {}, files),
+                run("--tags cuda -e rebuild=cuda", workdir, inventory, {"rebuild": "cuda"}, files + " --tags cuda"),
+                run("--tags apex -e rebuild=apex (cached wheel)", workdir, inventory, {"rebuild": "apex"},
+                    files + " --tags apex"),
             ]
     finally:
         if not args.keep:

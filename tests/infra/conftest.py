@@ -74,6 +74,10 @@ class StackVars:
 @pytest.fixture(scope="module")
 def stack(host) -> StackVars:
     variables = StackVars(host.backend.get_hostname())
+    # The few facts the variables read (e.g. a version chosen per release).
+    release = host.system_info.release or ""
+    variables.data["ansible_facts"] = {"distribution": (host.system_info.distribution or "").capitalize(),
+                                       "distribution_major_version": release.split(".")[0]}
     preflight = host.file(variables["stack_state_dir"] + "/preflight.json")
     if preflight.exists:
         variables.use_profile(json.loads(preflight.content_string)["inputs"]["profile"])

@@ -20,8 +20,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("STACK_TEST_IMAGE", "localhost/verl-p40-debian:12")
-STANDINS = Path(os.environ.get("VERL_P40_STANDINS", ROOT / ".cache" / "standins"))
-PORT = os.environ.get("VERL_P40_MIRROR_PORT", "18765")
+STANDINS = ROOT / ".cache" / "standins"
+# The same extra-vars files as the Molecule scenarios: the stand-ins, then what CI changes.
+VARS_FILES = [STANDINS / "standins.yml", ROOT / ".cache" / "standins-python" / "standins_python.yml",
+              ROOT / "tests" / "fixtures" / "ci-vars.yml"]
 
 
 class Host:
@@ -42,11 +44,9 @@ class Host:
                               capture_output=True, text=True, check=check)
 
     def play(self, *args: str, **extra_vars: Any) -> subprocess.CompletedProcess:
-        variables = {"preflight_require_gpu": False, "stack_mirror_url": "http://127.0.0.1:" + PORT,
-                     "stack_artifact_overrides": self.standins["stack_artifact_overrides"]}
-        variables.update(extra_vars)
+        files = [arg for path in VARS_FILES for arg in ("-e", "@%s" % path)]
         command = ["ansible-playbook", "-i", str(self.inventory / "hosts.yml"), str(ROOT / "site.yml"),
-                   "-e", json.dumps(variables), *args]
+                   *files, "-e", json.dumps(extra_vars), *args]
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_FORCE_COLOR="0")
         result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -63,8 +63,9 @@ class Host:
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    if not (STANDINS / "standins.yml").is_file():
-        pytest.fail("no stand-ins in %s: run `make standins` (make integration does)" % STANDINS)
+    missing = [str(path) for path in VARS_FILES if not path.is_file()]
+    if missing:
+        pytest.fail("missing %s: run `make standins` (make integration does)" % ", ".join(missing))
     name = "verl-p40-it-" + uuid.uuid4().hex[:8]
     subprocess.run(["podman", "run", "-d", "--init", "--network", "host", "--name", name, IMAGE,
                     "sleep", "infinity"], check=True, capture_output=True)

@@ -85,28 +85,35 @@ def test_invalid_variables(host, extra, message):
     assert_nothing_built(host)
 
 
+def ci_overrides(host) -> dict:
+    """stack_artifact_overrides as tests/fixtures/ci-vars.yml sets them, for a test to change one."""
+    return {"cuda_runfile": host.standins["standin_artifacts"]["cuda_runfile"],
+            "cudnn_archive": host.standins["standin_artifacts"]["cudnn_archive"]}
+
+
 def test_wrong_checksum(host):
-    overrides = dict(host.standins["stack_artifact_overrides"])
+    overrides = ci_overrides(host)
     overrides["cuda_runfile"] = dict(overrides["cuda_runfile"], sha256="0" * 64)
-    run = host.play(stack_artifact_overrides=overrides)
+    run = host.play("--tags", "cuda,cudnn", stack_artifact_overrides=overrides)
     assert run.returncode != 0
     out = " ".join(run.output.split())
     assert overrides["cuda_runfile"]["file"] in out
     assert "expected sha256 " + "0" * 64 in out
-    assert "got " + host.standins["stack_artifact_overrides"]["cuda_runfile"]["sha256"] in out
+    assert "got " + host.standins["standin_artifacts"]["cuda_runfile"]["sha256"] in out
     assert_nothing_built(host)
     assert not host.exists("/var/cache/verl-p40/" + overrides["cuda_runfile"]["file"])
 
 
 def test_installer_failing_half_way_is_redone(host):
-    overrides = dict(host.standins["stack_artifact_overrides"])
+    overrides = ci_overrides(host)
     overrides["cuda_runfile"] = host.standins["standin_cuda_runfile_failing"]
-    run = host.play(stack_artifact_overrides=overrides)
+    run = host.play("--tags", "cuda,cudnn", stack_artifact_overrides=overrides)
     assert run.returncode != 0
     assert "The CUDA installer exited with" in run.output
     assert "Last lines of /var/log/cuda-installer.log" in run.output
     assert host.state("cuda")["status"] == "building"
     assert host.state("cudnn") == {}
+    host.sh("touch /usr/local/cuda-11.8/leftover-of-the-failed-run")
 
     run = host.play("--tags", "cuda,cudnn")
     assert run.returncode == 0, run.output[-3000:]
@@ -114,3 +121,5 @@ def test_installer_failing_half_way_is_redone(host):
     assert host.state("cudnn")["status"] == "complete"
     nvcc = host.sh("/usr/local/cuda-11.8/bin/nvcc --version").stdout
     assert "release 11.8, V11.8.89" in nvcc
+    # The half-built tree was removed first: the good installer did not merely complete it.
+    assert not host.exists("/usr/local/cuda-11.8/leftover-of-the-failed-run")
