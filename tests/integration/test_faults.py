@@ -74,7 +74,9 @@ def test_too_little_disk(host):
 
 @pytest.mark.parametrize("extra, message", [
     ({"cuda_link": "maybe"}, "cuda_link"),
-    ({"cudnn_prefix": ["not", "a", "path"]}, "cudnn_prefix"),
+    ({"cudnn_link_into_cuda": "sometimes"}, "cudnn_link_into_cuda"),
+    ({"data_source": "ftp"}, "data_source"),
+    ({"apex_max_jobs": "many"}, "apex_max_jobs"),
     ({"rebuild": "cdua"}, "rebuild names unknown layer(s) cdua"),
     ({"cuda_prefix": "/usr"}, "must be an absolute path of its own"),
 ])
