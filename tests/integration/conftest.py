@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ class Host:
         return self.sh("test -e %s" % path, check=False).returncode == 0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def host(tmp_path_factory):
     missing = [str(path) for path in VARS_FILES if not path.is_file()]
     if missing:
@@ -70,6 +71,16 @@ def host(tmp_path_factory):
     subprocess.run(["podman", "run", "-d", "--init", "--network", "host", "--name", name, IMAGE,
                     "sleep", "infinity"], check=True, capture_output=True)
     try:
+        # What the Molecule scenario's prepare step does (see molecule/default/prepare.yml).
+        fixtures = tmp_path_factory.mktemp("fixtures")
+        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/gsm8k_fixture.py"), "--out", str(fixtures / "gsm8k"),
+                        "--train-rows", "40", "--test-rows", "16"], check=True, capture_output=True)
+        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/tiny_model.py"), "--out",
+                        str(fixtures / "tiny-qwen2-standin")], check=True, capture_output=True)
+        subprocess.run(["podman", "cp", str(fixtures) + "/.", name + ":/srv/verl-p40-fixtures"], check=True)
+        subprocess.run(["podman", "exec", name, "mkdir", "-p", "/usr/local/share/verl-p40-ci"], check=True)
+        subprocess.run(["podman", "cp", "/etc/ssl/certs/ca-certificates.crt",
+                        name + ":/usr/local/share/verl-p40-ci/ca-certificates.crt"], check=True)
         yield Host(name, tmp_path_factory.mktemp(name))
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True)

@@ -7,6 +7,7 @@ change), then the CUDA installer failing half way and the clean retry.
 from __future__ import annotations
 
 import pytest
+from conftest import STANDINS
 
 P40_OLD_DRIVER = "0, Tesla P40, 6.1, 24576, 470.256.02, 00000000:3B:00.0"
 P40_GOOD_DRIVER = "0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0"
@@ -116,8 +117,13 @@ def test_installer_failing_half_way_is_redone(host):
     assert host.state("cuda")["status"] == "building"
     assert host.state("cudnn") == {}
     host.sh("touch /usr/local/cuda-11.8/leftover-of-the-failed-run")
+    # A partial download in the host's cache is fetched again.
+    good = host.standins["standin_artifacts"]["cuda_runfile"]["file"]
+    host.sh("mkdir -p /var/cache/verl-p40 && head -c 1000 /dev/urandom > /var/cache/verl-p40/" + good)
 
-    run = host.play("--tags", "cuda,cudnn")
+    # This time through the controller's cache (as air-gapped users pre-seed it); the mirror is unreachable.
+    run = host.play("--tags", "cuda,cudnn", stack_controller_cache_dir=str(STANDINS),
+                    stack_mirror_url="http://127.0.0.1:9")
     assert run.returncode == 0, run.output[-3000:]
     assert host.state("cuda")["status"] == "complete"
     assert host.state("cudnn")["status"] == "complete"
