@@ -4,13 +4,13 @@ import pytest
 
 
 def test_cpp_extension_imports(host, stack):
-    assert host.run(stack["stack_env_prefix"] + "/bin/python -c 'import apex_C, apex'").rc == 0
+    assert host.run(stack["stack_env_prefix"] + "/bin/python -c 'import torch, apex_C, apex'").rc == 0
 
 
 def test_cuda_extensions(host, stack):
     if not stack["apex_cuda_extensions_expected"]:
         pytest.skip("CUDA extensions not expected here (apex_cuda_extensions_expected is false: no GPU build)")
-    result = host.run(stack["stack_env_prefix"] + "/bin/python -c 'import amp_C, fused_layer_norm_cuda'")
+    result = host.run(stack["stack_env_prefix"] + "/bin/python -c 'import torch, amp_C, fused_layer_norm_cuda'")
     assert result.rc == 0, result.stderr
 
 

@@ -32,12 +32,12 @@ def test_torch_then_a_failing_apex_build(host):
     assert "Apex did not build" in run.output and "Its last lines:" in run.output
     assert host.state("apex")["status"] == "building"
     assert host.sh("ls /var/cache/verl-p40/apex-wheels 2>/dev/null | wc -l").stdout.strip() == "0"
-    assert host.sh("/opt/miniforge3/envs/verl-env/bin/python -c 'import apex_C'", check=False).returncode != 0
+    assert host.sh("/opt/miniforge3/envs/verl-env/bin/python -c 'import torch, apex_C'", check=False).returncode != 0
 
     run = host.play("--tags", "apex")
     assert run.returncode == 0, run.output[-3000:]
     assert host.state("apex")["status"] == "complete"
-    assert host.sh("/opt/miniforge3/envs/verl-env/bin/python -c 'import apex_C'", check=False).returncode == 0
+    assert host.sh("/opt/miniforge3/envs/verl-env/bin/python -c 'import torch, apex_C'", check=False).returncode == 0
 
 
 def test_apex_reinstalls_from_the_cached_wheel(host):

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# The GPU proof of the pascal launcher: run on a machine with an NVIDIA GPU,
+# Python 3.12 and torch (the device machine; README.md beside this file).
+#
+#   tests/gpu/run_ppo.sh smoke    # original recipe through --cfg job, then 12 PPO steps
+#                                 # (validation and checkpoint at step 10) on a tiny model
+#   tests/gpu/run_ppo.sh memory   # Qwen2.5-0.5B-Instruct's architecture, pascal batch and
+#                                 # offload settings, every process capped at 24 GiB
+#   tests/gpu/run_ppo.sh all      # both
+#
+# Everything comes from the project: the wheelhouse (tests/gpu/wheelhouse.py,
+# carried as .whl/) is installed into $P40_WORK/site; the verl 0.4.1 sdist is
+# unpacked, patched by library/verl_patch.py with the pascal profile's
+# patch_fixes (tests/gpu/patch_verl.py) and pip-installed --no-deps -e, as the
+# verl role does; the data is tests/fixtures/gsm8k_fixture.py converted by
+# tools/gsm8k_to_verl.py; the launcher is templates/train.sh.j2 and
+# train.env.j2 rendered by tools/render.py for the pascal profile, with only
+# paths, the memory hook's variables and the stand-ins below changed.
+#
+# Stand-ins (the host layers that this machine does not have): train.env
+# sources the cuda layer's script and activates a conda env. Here the CUDA
+# script is an empty file (torch brings its own CUDA runtime) and conda.sh
+# defines a `conda` whose `activate` puts the wheelhouse on PYTHONPATH, the
+# way activating the real env puts its site-packages on sys.path. train.sh
+# runs with PYTHONPATH unset, so the environment it trains in comes from
+# train.env alone.
+#
+# Results go to $OUT (the device tool's folder; else $P40_WORK/out).
+set -euo pipefail
+
+mode=${1:-smoke}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+WHL=${P40_WHEELHOUSE:-$REPO/.whl}
+WORK=${P40_WORK:-/tmp/p40-proof}
+OUT=${OUT:-$WORK/out}
+SITE=$WORK/site
+VERL=$WORK/verl-0.4.1
+HOOKS=$REPO/tests/gpu/hooks
+DATA=$WORK/data/gsm8k
+SMOKE_STEPS=${SMOKE_STEPS:-12}
+MEMORY_STEPS=${MEMORY_STEPS:-3}
+# Wall-clock limits of the two training runs (the device runs a command for 10 minutes at most).
+SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-420}
+MEMORY_TIMEOUT=${MEMORY_TIMEOUT:-480}
+CAP_GIB=${P40_GPU_MEM_GB:-24}
+
+cd "$REPO"
+mkdir -p "$WORK" "$OUT"
+say() { echo "[run_ppo $(date +%H:%M:%S)] $*" >&2; }
+
+setup() {
+  if [ ! -f "$SITE/.installed" ]; then
+    say "installing the wheelhouse into $SITE"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHL"/*.whl
+    touch "$SITE/.installed"
+  fi
+  export PYTHONPATH=$SITE
+  say "unpacking verl 0.4.1, patching it with the pascal profile's fixes, installing it (--no-deps -e)"
+  rm -rf "$VERL"
+  tar xzf "$WHL/verl-0.4.1.tar.gz" -C "$WORK"
+  python3 tests/gpu/patch_verl.py --verl "$VERL" --profile pascal >"$WORK/patch.json"
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation -e "$VERL"
+  {
+    echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv
+    python3 - <<'EOF'
+import importlib.metadata as md, platform, sys, torch, verl
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
+for name in ("verl", "transformers", "tokenizers", "huggingface_hub", "ray", "tensordict", "torchdata", "peft",
+             "hydra-core", "omegaconf", "datasets", "accelerate", "numpy", "pyarrow", "setuptools", "ansible-core"):
+    print(f"{name} {md.version(name)}")
+print("verl imported from", verl.__file__)
+EOF
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("verl_patch fixes:", ", ".join(r["fixes"])); [print("  %s %s:%s" % (a["fix"], a["file"], a["line"])) for a in r["applied"]]' "$WORK/patch.json"
+    grep -rn "verl_p40_patch:" "$VERL/verl" | sed "s|$VERL/||"
+  } >"$OUT/versions.txt" 2>&1
+  cat "$OUT/versions.txt" >&2
+}
+
+stand_ins() {
+  mkdir -p "$WORK/env" "$WORK/conda/etc/profile.d"
+  echo "# Stand-in for the cuda layer's profile script: torch brings its own CUDA runtime here." >"$WORK/env/cuda.sh"
+  cat >"$WORK/conda/etc/profile.d/conda.sh" <<EOF
+# Stand-in for Miniforge's conda.sh (tests/gpu/run_ppo.sh): 'conda activate ENV'
+# puts the wheelhouse, which holds the env's pinned packages, on PYTHONPATH.
+conda() {
+  if [ "\$1" = activate ]; then
+    export PYTHONPATH="$SITE\${PYTHONPATH:+:\$PYTHONPATH}" CONDA_DEFAULT_ENV="\$2"
+    return 0
+  fi
+  echo "conda stand-in: only 'conda activate' is provided" >&2
+  return 1
+}
+EOF
+}
+
+make_data() {  # tokenizer model dir
+  if [ ! -f "$DATA/train.parquet" ]; then
+    python3 tests/fixtures/gsm8k_fixture.py --out "$WORK/gsm8k-src" --train-rows 768 --test-rows 32
+    python3 tools/gsm8k_to_verl.py --source "$WORK/gsm8k-src" --out "$DATA" --tokenizer "$1" \
+      --expect-train-rows 768 --expect-test-rows 32 --fail-on-overlong
+  fi
+}
+
+# Ray's head processes can outlive a killed run; end them before the next one.
+stop_ray() { python3 -m ray.scripts.scripts stop --force >/dev/null 2>&1 || true; }
+
+# Read by the hub clients (no network here) and by Ray's raylet: its memory
+# monitor sizes itself from MemTotal, which on this machine starts low and
+# grows as memory is used, so it would kill workers that the machine can hold.
+QUIET_ENV="HF_HUB_OFFLINE: '1', HF_DATASETS_OFFLINE: '1', RAY_memory_monitor_refresh_ms: '0'"
+
+render_launcher() {  # dir model [--var k=v ...]
+  local dir=$1 model=$2
+  shift 2
+  python3 tools/render.py --profile pascal --out "$dir" \
+    --var "train_work_dir=$dir" \
+    --var "train_model_path=$model" \
+    --var "train_data_dir=$DATA" \
+    --var "train_conda_prefix=$WORK/conda" \
+    --var "train_conda_env=verl" \
+    --var "train_cuda_env_script=$WORK/env/cuda.sh" "$@"
+}
+
+recipe() {
+  say "the original recipe's overrides through verl's --cfg job"
+  mapfile -t recipe_overrides < <(grep -v '^#' tests/gpu/original_recipe.txt | grep .)
+  {
+    echo "== VLLM_DTYPE=float32 TRITON_MAX_SHARED_MEMORY=49152 python3 -m verl.trainer.main_ppo --cfg job <tests/gpu/original_recipe.txt>"
+    status=0
+    (cd "$WORK" && VLLM_DTYPE=float32 TRITON_MAX_SHARED_MEMORY=49152 python3 -m verl.trainer.main_ppo --cfg job "${recipe_overrides[@]}") || status=$?
+    echo "== exit status $status"
+    echo
+    echo "== tools/validate_overrides.py --overrides-file tests/gpu/original_recipe.txt (every refusal at once)"
+    status=0
+    python3 tools/validate_overrides.py --verl "$VERL" --overrides-file tests/gpu/original_recipe.txt || status=$?
+    echo "== exit status $status"
+    echo
+    echo "== actor_rollout_ref.rollout.max_num_seqs alone: accepted (it is in verl's YAML) ..."
+    status=0
+    (cd "$WORK" && python3 -m verl.trainer.main_ppo --cfg job actor_rollout_ref.rollout.max_num_seqs=64 | grep -n "max_num_seqs") || status=$?
+    echo "== exit status $status"
+    echo "== ... and read by no code on verl 0.4.1's FSDP path (Python files naming it, outside verl's config and its vendored vLLM 0.5.4):"
+    grep -rl --include='*.py' max_num_seqs "$VERL/verl" | grep -v third_party/vllm || echo "   none"
+    echo "== Python files that read VLLM_DTYPE or TRITON_MAX_SHARED_MEMORY in verl, the wheelhouse, torch and triton here:"
+    grep -rlE --include='*.py' 'VLLM_DTYPE|TRITON_MAX_SHARED_MEMORY' "$VERL/verl" "$SITE" \
+      "$(python3 -c 'import torch,os; print(os.path.dirname(torch.__file__))')" \
+      "$(python3 -c 'import triton,os; print(os.path.dirname(triton.__file__))')" || echo "   none"
+  } >"$OUT/original-recipe.log" 2>&1
+  tail -n 40 "$OUT/original-recipe.log" >&2
+}
+
+smoke() {
+  say "tiny Qwen2 model, data, pascal launcher"
+  python3 tests/gpu/make_tiny_model.py --out "$WORK/models/tiny"
+  make_data "$WORK/models/tiny"
+  local dir=$WORK/smoke
+  rm -rf "$dir"
+  render_launcher "$dir" "$WORK/models/tiny" --var "train_extra_env={$QUIET_ENV}"
+  local args=("trainer.total_training_steps=$SMOKE_STEPS" trainer.test_freq=10 trainer.save_freq=10)
+  python3 tools/validate_overrides.py --verl "$VERL" --script "$dir/train.sh" "${args[@]}" >"$WORK/smoke-validate.json" || true
+  {
+    echo "== tools/validate_overrides.py --script train.sh ${args[*]}"
+    cat "$WORK/smoke-validate.json"
+    echo "== train.env"
+    cat "$dir/train.env"
+    echo "== train.sh --print-overrides ${args[*]}"
+    env -u PYTHONPATH "$dir/train.sh" --print-overrides "${args[@]}"
+    echo "== train.sh --dry-run ${args[*]} (verl's composed config)"
+    env -u PYTHONPATH "$dir/train.sh" --dry-run "${args[@]}"
+  } >"$OUT/smoke-launcher.txt" 2>&1
+  say "train.sh ${args[*]}"
+  local status=0
+  env -u PYTHONPATH timeout "$SMOKE_TIMEOUT" "$dir/train.sh" "${args[@]}" >"$WORK/smoke-console.log" 2>&1 || status=$?
+  stop_ray
+  say "train.sh exit status $status"
+  cp "$dir"/logs/train-*.log "$OUT/smoke-train.log" 2>/dev/null || cp "$WORK/smoke-console.log" "$OUT/smoke-train.log"
+  echo "train.sh exit status $status" >>"$OUT/smoke-train.log"
+  python3 tests/gpu/summarize.py smoke --log "$OUT/smoke-train.log" --checkpoints "$dir/checkpoints/gsm8k-gae-pascal" \
+    --steps "$SMOKE_STEPS" | tee "$OUT/smoke-summary.txt" || true
+  echo "train.sh exit status $status" >>"$OUT/smoke-summary.txt"
+}
+
+memory() {
+  say "Qwen2.5-0.5B-Instruct architecture, random fp32 weights"
+  python3 tests/gpu/make_tiny_model.py --out "$WORK/models/qwen05b-arch" --qwen05b-arch
+  make_data "$WORK/models/qwen05b-arch"
+  local dir=$WORK/memory mem_log=$OUT/memory-calls.jsonl
+  rm -rf "$dir" "$mem_log"
+  render_launcher "$dir" "$WORK/models/qwen05b-arch" \
+    --var "train_extra_env={$QUIET_ENV, PYTHONPATH: '$HOOKS:$SITE', P40_GPU_MEM_GB: '$CAP_GIB', P40_MEM_LOG: '$mem_log'}"
+  {
+    echo "== the cap bites: a process with the hook allocates 23 GiB, then fails at 25 GiB"
+    PYTHONPATH="$HOOKS:$SITE" P40_GPU_MEM_GB=$CAP_GIB python3 -c '
+import torch
+a = torch.empty(23 * 2**30, dtype=torch.uint8, device="cuda"); print("23 GiB: allocated"); del a
+try:
+    torch.empty(25 * 2**30, dtype=torch.uint8, device="cuda"); print("25 GiB: allocated (CAP NOT APPLIED)")
+except torch.OutOfMemoryError as error:
+    print("25 GiB: out of memory, as on a P40:", str(error).splitlines()[0][:160])'
+  } >"$OUT/memory-summary.txt" 2>&1 || true
+  local args=("trainer.total_training_steps=$MEMORY_STEPS" "trainer.test_freq=$MEMORY_STEPS" "trainer.save_freq=$MEMORY_STEPS")
+  nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 >"$WORK/memory-smi.csv" 2>/dev/null &
+  local smi=$!
+  say "train.sh ${args[*]} (capped at $CAP_GIB GiB per process)"
+  local status=0
+  env -u PYTHONPATH timeout "$MEMORY_TIMEOUT" "$dir/train.sh" "${args[@]}" >"$WORK/memory-console.log" 2>&1 || status=$?
+  kill "$smi" 2>/dev/null || true
+  stop_ray
+  say "train.sh exit status $status"
+  cp "$dir"/logs/train-*.log "$OUT/memory-train.log" 2>/dev/null || cp "$WORK/memory-console.log" "$OUT/memory-train.log"
+  echo "train.sh exit status $status" >>"$OUT/memory-train.log"
+  python3 tests/gpu/summarize.py memory --log "$OUT/memory-train.log" --mem-log "$mem_log" --smi "$WORK/memory-smi.csv" \
+    --cap-gib "$CAP_GIB" --steps "$MEMORY_STEPS" >>"$OUT/memory-summary.txt" 2>&1 || true
+  echo "train.sh exit status $status" >>"$OUT/memory-summary.txt"
+  cat "$OUT/memory-summary.txt"
+}
+
+setup
+stand_ins
+case $mode in
+  smoke) recipe; smoke ;;
+  memory) memory ;;
+  all) recipe; smoke; memory ;;
+  *) echo "usage: run_ppo.sh smoke|memory|all" >&2; exit 2 ;;
+esac
