@@ -26,8 +26,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def parquet(host, stack):
-    out = host.check_output("%s/bin/python -c %s %s" % (stack["stack_env_prefix"], host.backend.quote(CHECK),
-                                                       stack["data_output_dir"]))
+    out = host.check_output(stack["stack_env_prefix"] + "/bin/python -c %s %s", CHECK, stack["data_output_dir"])
     return json.loads(out)
 
 
