@@ -39,6 +39,7 @@ HOOKS=$REPO/tests/gpu/hooks
 DATA=$WORK/data/gsm8k
 SMOKE_STEPS=${SMOKE_STEPS:-12}
 MEMORY_STEPS=${MEMORY_STEPS:-3}
+MEMORY_EXTRA=${MEMORY_EXTRA:-}
 # Wall-clock limits of the two training runs (the device runs a command for 10 minutes at most).
 SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-420}
 MEMORY_TIMEOUT=${MEMORY_TIMEOUT:-480}
@@ -190,16 +191,20 @@ memory() {
   render_launcher "$dir" "$WORK/models/qwen05b-arch" \
     --var "train_extra_env={$QUIET_ENV, PYTHONPATH: '$HOOKS:$SITE', P40_GPU_MEM_GB: '$CAP_GIB', P40_MEM_LOG: '$mem_log'}"
   {
-    echo "== the cap bites: a process with the hook allocates 23 GiB, then fails at 25 GiB"
+    echo "== the cap bites: a process with the hook allocates (cap - 1) GiB, then fails at (cap + 1) GiB"
     PYTHONPATH="$HOOKS:$SITE" P40_GPU_MEM_GB=$CAP_GIB python3 -c '
-import torch
-a = torch.empty(23 * 2**30, dtype=torch.uint8, device="cuda"); print("23 GiB: allocated"); del a
+import os, torch
+cap = float(os.environ["P40_GPU_MEM_GB"])
+a = torch.empty(int((cap - 1) * 2**30), dtype=torch.uint8, device="cuda"); print(f"{cap - 1:g} GiB: allocated"); del a
 try:
-    torch.empty(25 * 2**30, dtype=torch.uint8, device="cuda"); print("25 GiB: allocated (CAP NOT APPLIED)")
+    torch.empty(int((cap + 1) * 2**30), dtype=torch.uint8, device="cuda"); print(f"{cap + 1:g} GiB: allocated (CAP NOT APPLIED)")
 except torch.OutOfMemoryError as error:
-    print("25 GiB: out of memory, as on a P40:", str(error).splitlines()[0][:160])'
+    print(f"{cap + 1:g} GiB: out of memory, as on a card of {cap:g} GiB:", str(error).splitlines()[0][:160])'
   } >"$OUT/memory-summary.txt" 2>&1 || true
   local args=("trainer.total_training_steps=$MEMORY_STEPS" "trainer.test_freq=$MEMORY_STEPS" "trainer.save_freq=$MEMORY_STEPS")
+  # More train.sh arguments, e.g. MEMORY_EXTRA=actor_rollout_ref.actor.use_kl_loss=True (adds verl's ref model).
+  read -r -a extra <<<"${MEMORY_EXTRA:-}"
+  args+=("${extra[@]}")
   nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 >"$WORK/memory-smi.csv" 2>/dev/null &
   local smi=$!
   say "train.sh ${args[*]} (capped at $CAP_GIB GiB per process)"

@@ -112,11 +112,13 @@ def memory(args: argparse.Namespace) -> int:
         role["peak_reserved_gib"] = max(role["peak_reserved_gib"], call["peak_reserved_gib"])
         role["resident_before_gib"] = max(role["resident_before_gib"], call.get("before_gib") or 0.0)
         role["seconds_max"] = max(role["seconds_max"], call["seconds"])
-    print("peak GPU memory per role (GiB; one process holds actor, ref and critic on one GPU):")
+    print("peak GPU memory per role (GiB; on one GPU verl runs every role in one process):")
     print(f"  {'role':28} {'calls':>5} {'resident':>9} {'peak alloc':>10} {'peak resv':>9} {'max s':>7}")
     for name, role in sorted(roles.items(), key=lambda item: -item[1]["peak_reserved_gib"]):
         print(f"  {name:28} {role['calls']:>5} {role['resident_before_gib']:>9.2f} {role['peak_allocated_gib']:>10.2f} "
               f"{role['peak_reserved_gib']:>9.2f} {role['seconds_max']:>7.1f}")
+    if not any(name.startswith("ref") for name in roles):
+        print("  (no ref calls: verl builds a reference model only for a KL loss or KL penalty)")
     peak_alloc = max((r["peak_allocated_gib"] for r in roles.values()), default=0.0)
     peak_resv = max((r["peak_reserved_gib"] for r in roles.values()), default=0.0)
     print(f"process peak: allocated {peak_alloc:.2f} GiB, reserved {peak_resv:.2f} GiB, cap {args.cap_gib} GiB")
