@@ -72,6 +72,8 @@ def host(tmp_path_factory):
                     "sleep", "infinity"], check=True, capture_output=True)
     try:
         # What the Molecule scenario's prepare step does (see molecule/default/prepare.yml).
+        subprocess.run(["podman", "exec", name, "sh", "-c", "apt-get update -qq && apt-get install -y -qq python3-dev"],
+                       check=True, capture_output=True)
         fixtures = tmp_path_factory.mktemp("fixtures")
         subprocess.run([sys.executable, str(ROOT / "tests/fixtures/gsm8k_fixture.py"), "--out", str(fixtures / "gsm8k"),
                         "--train-rows", "40", "--test-rows", "16"], check=True, capture_output=True)

@@ -29,7 +29,8 @@ def test_torch_then_a_failing_apex_build(host):
 
     run = host.play("--tags", "apex", apex_build_environment={"APEX_STANDIN_FAIL": "1"})
     assert run.returncode != 0
-    assert "Apex did not build" in run.output and "Its last lines:" in run.output
+    assert "Apex did not build" in run.output and "its last lines:" in run.output
+    assert "APEX_STANDIN_FAIL=1: this source fails to compile on purpose" in run.output
     assert host.state("apex")["status"] == "building"
     assert host.sh("ls /var/cache/verl-p40/apex-wheels 2>/dev/null | wc -l").stdout.strip() == "0"
     assert host.sh("/opt/miniforge3/envs/verl-env/bin/python -c 'import torch, apex_C'", check=False).returncode != 0
