@@ -236,9 +236,10 @@ def main() -> None:
             write_state(path, marked)
     elif p["state"] == "present":
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        keep = (not p["built"] and previous.get("status") == "complete"
-                and previous.get("inputs") == inputs and previous.get("requires", {}) == deps)
-        record = {
+        unchanged = (not p["built"] and previous.get("status") == "complete"
+                     and previous.get("inputs") == inputs and previous.get("requires", {}) == deps)
+        # Nothing was built from the same inputs: the record stays as it was, details included.
+        record = dict(previous) if unchanged else {
             "format": STATE_FORMAT,
             "name": name,
             "status": "complete",
@@ -246,8 +247,8 @@ def main() -> None:
             "inputs": inputs,
             "requires": deps,
             "details": json.loads(json.dumps(p["details"], sort_keys=True)),
-            "fingerprint": previous["fingerprint"] if keep else new_fingerprint(name, inputs, deps, when),
-            "built_at": previous.get("built_at", when) if keep else when,
+            "fingerprint": new_fingerprint(name, inputs, deps, when),
+            "built_at": when,
         }
         result["changed"] = record != previous
         result["fingerprint"] = record["fingerprint"]
