@@ -43,6 +43,8 @@ def copy_fixtures(container: str) -> None:
         subprocess.run([sys.executable, str(ROOT / "tests/fixtures/tiny_model.py"), "--out", tmp + "/tiny-qwen2-standin"],
                        check=True, capture_output=True)
         subprocess.run(["podman", "cp", tmp + "/.", container + ":/srv/verl-p40-fixtures"], check=True)
+        # The temporary directory is private; the training user reads the copies.
+        subprocess.run(["podman", "exec", container, "chmod", "-R", "a+rX", "/srv/verl-p40-fixtures"], check=True)
     subprocess.run(["podman", "exec", container, "mkdir", "-p", "/usr/local/share/verl-p40-ci"], check=True)
     subprocess.run(["podman", "cp", "/etc/ssl/certs/ca-certificates.crt",
                     container + ":/usr/local/share/verl-p40-ci/ca-certificates.crt"], check=True)

@@ -80,6 +80,7 @@ def host(tmp_path_factory):
         subprocess.run([sys.executable, str(ROOT / "tests/fixtures/tiny_model.py"), "--out",
                         str(fixtures / "tiny-qwen2-standin")], check=True, capture_output=True)
         subprocess.run(["podman", "cp", str(fixtures) + "/.", name + ":/srv/verl-p40-fixtures"], check=True)
+        subprocess.run(["podman", "exec", name, "chmod", "-R", "a+rX", "/srv/verl-p40-fixtures"], check=True)
         subprocess.run(["podman", "exec", name, "mkdir", "-p", "/usr/local/share/verl-p40-ci"], check=True)
         subprocess.run(["podman", "cp", "/etc/ssl/certs/ca-certificates.crt",
                         name + ":/usr/local/share/verl-p40-ci/ca-certificates.crt"], check=True)
