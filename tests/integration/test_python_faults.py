@@ -67,3 +67,17 @@ def test_vllm_is_refused_on_a_pascal_gpu(host):
     assert "compute capability 6.1" in out and "no kernel image is available" in out
     assert "HF rollout" in out
     assert host.state("vllm") == {}
+
+
+def test_a_second_host_takes_the_wheel_from_the_controller(host, tmp_path):
+    # The first build sends its wheel to the controller's cache...
+    host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
+    run = host.play("--tags", "apex", rebuild="apex", stack_controller_cache_dir=str(tmp_path))
+    assert run.returncode == 0, run.output[-3000:]
+    assert list(tmp_path.glob("apex-wheels/*/apex-*.whl"))
+    # ...and a host without it (here: the same host, its cache emptied) installs that wheel.
+    host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
+    run = host.play("--tags", "apex", rebuild="apex", stack_controller_cache_dir=str(tmp_path))
+    assert run.returncode == 0, run.output[-3000:]
+    assert "Compile (log in" not in run.output
+    assert host.state("apex")["details"]["built_from_source"] is False
