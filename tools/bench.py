@@ -30,42 +30,11 @@ import ansible_runner
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+from prepare_host import prepare  # noqa: E402
 HELPER_ROLES = {"stack_artifact"}
 VARS_FILES = [ROOT / ".cache/standins/standins.yml", ROOT / ".cache/standins-python/standins_python.yml",
               ROOT / "tests/fixtures/ci-vars.yml"]
-
-
-def copy_fixtures(container: str) -> None:
-    """The GSM8K fixture and the model stand-in, where tests/fixtures/ci-vars.yml expects them."""
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/gsm8k_fixture.py"), "--out", tmp + "/gsm8k",
-                        "--train-rows", "40", "--test-rows", "16"], check=True, capture_output=True)
-        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/tiny_model.py"), "--out", tmp + "/tiny-qwen2-standin"],
-                       check=True, capture_output=True)
-        subprocess.run(["podman", "cp", tmp + "/.", container + ":/srv/verl-p40-fixtures"], check=True)
-        # The temporary directory is private; the training user reads the copies.
-        subprocess.run(["podman", "exec", container, "chmod", "-R", "a+rX", "/srv/verl-p40-fixtures"], check=True)
-    subprocess.run(["podman", "exec", container, "mkdir", "-p", "/usr/local/share/verl-p40-ci"], check=True)
-    subprocess.run(["podman", "cp", "/etc/ssl/certs/ca-certificates.crt",
-                    container + ":/usr/local/share/verl-p40-ci/ca-certificates.crt"], check=True)
-
-
-def layer_table(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Tasks, changed tasks and seconds per layer; helper roles count for the layer that called them."""
-    table: dict[str, dict[str, float]] = collections.OrderedDict()
-    layer = "play"
-    for event in events:
-        if event.get("event") not in ("runner_on_ok", "runner_on_failed", "runner_on_skipped"):
-            continue
-        data = event.get("event_data", {})
-        role = data.get("role") or "play"
-        if role not in HELPER_ROLES:
-            layer = role
-        row = table.setdefault(layer, {"tasks": 0, "changed": 0, "seconds": 0.0})
-        row["tasks"] += 1
-        row["changed"] += 1 if data.get("res", {}).get("changed") else 0
-        row["seconds"] += float(data.get("duration") or 0.0)
-    return table
 
 
 SSH_PORT = 22022
@@ -134,11 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                 "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
                 "ansible_ssh_pipelining": True,
                 "ansible_python_interpreter": "/usr/bin/python3"}}}}))
-            # The same extra-vars files as the Molecule scenarios, and the same prepare step.
+            # The same extra-vars files and prepare step as the Molecule scenario.
             files = " ".join("-e @%s" % path for path in VARS_FILES)
-            subprocess.run(["podman", "exec", container, "sh", "-c", "apt-get update -qq && apt-get install -y -qq python3-dev"],
-                           check=True, capture_output=True)
-            copy_fixtures(container)
+            prepare(container)
             start_sshd(container, workdir)
             results = [
                 run("cold converge (podman connection)", workdir, inventory, {}, files),

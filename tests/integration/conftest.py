@@ -20,6 +20,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+from prepare_host import prepare  # noqa: E402
 IMAGE = os.environ.get("STACK_TEST_IMAGE", "localhost/verl-p40-debian:12")
 STANDINS = ROOT / ".cache" / "standins"
 # The same extra-vars files as the Molecule scenarios: the stand-ins, then what CI changes.
@@ -58,6 +60,14 @@ class Host:
         out = self.sh("cat /var/lib/verl-p40/layers/%s.json 2>/dev/null || echo '{}'" % layer).stdout
         return json.loads(out)
 
+    def fake_nvidia_smi(self, line: str | None) -> None:
+        """Put an nvidia-smi that prints one GPU line on the host's PATH; None removes it."""
+        if line is None:
+            self.sh("rm -f /usr/local/bin/nvidia-smi")
+        else:
+            self.sh("printf '#!/bin/sh\\necho \"%s\"\\n' > /usr/local/bin/nvidia-smi"
+                    " && chmod +x /usr/local/bin/nvidia-smi" % line)
+
     def exists(self, path: str) -> bool:
         return self.sh("test -e %s" % path, check=False).returncode == 0
 
@@ -71,19 +81,7 @@ def host(tmp_path_factory):
     subprocess.run(["podman", "run", "-d", "--init", "--network", "host", "--name", name, IMAGE,
                     "sleep", "infinity"], check=True, capture_output=True)
     try:
-        # What the Molecule scenario's prepare step does (see molecule/default/prepare.yml).
-        subprocess.run(["podman", "exec", name, "sh", "-c", "apt-get update -qq && apt-get install -y -qq python3-dev"],
-                       check=True, capture_output=True)
-        fixtures = tmp_path_factory.mktemp("fixtures")
-        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/gsm8k_fixture.py"), "--out", str(fixtures / "gsm8k"),
-                        "--train-rows", "40", "--test-rows", "16"], check=True, capture_output=True)
-        subprocess.run([sys.executable, str(ROOT / "tests/fixtures/tiny_model.py"), "--out",
-                        str(fixtures / "tiny-qwen2-standin")], check=True, capture_output=True)
-        subprocess.run(["podman", "cp", str(fixtures) + "/.", name + ":/srv/verl-p40-fixtures"], check=True)
-        subprocess.run(["podman", "exec", name, "chmod", "-R", "a+rX", "/srv/verl-p40-fixtures"], check=True)
-        subprocess.run(["podman", "exec", name, "mkdir", "-p", "/usr/local/share/verl-p40-ci"], check=True)
-        subprocess.run(["podman", "cp", "/etc/ssl/certs/ca-certificates.crt",
-                        name + ":/usr/local/share/verl-p40-ci/ca-certificates.crt"], check=True)
+        prepare(name)
         yield Host(name, tmp_path_factory.mktemp(name))
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True)

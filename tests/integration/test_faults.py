@@ -13,11 +13,6 @@ P40_OLD_DRIVER = "0, Tesla P40, 6.1, 24576, 470.256.02, 00000000:3B:00.0"
 P40_GOOD_DRIVER = "0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0"
 
 
-def fake_nvidia_smi(host, line: str) -> None:
-    host.sh("printf '#!/bin/sh\\necho \"%s\"\\n' > /usr/local/bin/nvidia-smi && chmod +x /usr/local/bin/nvidia-smi"
-            % line)
-
-
 def assert_nothing_built(host) -> None:
     for layer in ("cuda", "cudnn"):
         assert host.state(layer) == {}, "%s state written" % layer
@@ -33,22 +28,22 @@ def test_no_gpu_with_gpus_required(host):
 
 
 def test_driver_too_old(host):
-    fake_nvidia_smi(host, P40_OLD_DRIVER)
+    host.fake_nvidia_smi(P40_OLD_DRIVER)
     try:
         run = host.play("--tags", "preflight", preflight_require_gpu=True)
     finally:
-        host.sh("rm -f /usr/local/bin/nvidia-smi")
+        host.fake_nvidia_smi(None)
     assert run.returncode != 0
     assert "runs driver 470.256.02" in run.output and "520.61.05" in run.output
     assert_nothing_built(host)
 
 
 def test_p40_selects_the_pascal_profile(host):
-    fake_nvidia_smi(host, P40_GOOD_DRIVER)
+    host.fake_nvidia_smi(P40_GOOD_DRIVER)
     try:
         run = host.play("--tags", "preflight", preflight_require_gpu=True)
     finally:
-        host.sh("rm -f /usr/local/bin/nvidia-smi")
+        host.fake_nvidia_smi(None)
     assert run.returncode == 0, run.output
     assert "1 x Tesla P40 (cc 6.1, 24576 MiB), driver 535.183.01; profile pascal" in run.output
     assert host.state("preflight")["inputs"]["profile"] == "pascal"

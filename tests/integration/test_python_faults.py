@@ -56,12 +56,11 @@ def test_a_verl_tag_that_does_not_exist(host):
 
 
 def test_vllm_is_refused_on_a_pascal_gpu(host):
-    host.sh("printf '#!/bin/sh\\necho \"0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0\"\\n' "
-            "> /usr/local/bin/nvidia-smi && chmod +x /usr/local/bin/nvidia-smi")
+    host.fake_nvidia_smi("0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0")
     try:
         run = host.play("--tags", "vllm", preflight_require_gpu=True, vllm_enabled=True)
     finally:
-        host.sh("rm -f /usr/local/bin/nvidia-smi")
+        host.fake_nvidia_smi(None)
     assert run.returncode != 0
     out = " ".join(run.output.split())
     assert "compute capability 6.1" in out and "no kernel image is available" in out
