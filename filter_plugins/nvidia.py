@@ -12,15 +12,20 @@ Python so that tests/unit can call it without Ansible.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
 # The order of the columns that nvidia_smi_gpus expects.
 QUERY_FIELDS = ("index", "name", "compute_cap", "memory.total", "driver_version", "pci.bus_id")
-QUERY_COMMAND = (
-    "nvidia-smi --query-gpu=" + ",".join(QUERY_FIELDS) + " --format=csv,noheader,nounits"
-)
+QUERY_COMMAND = "nvidia-smi --query-gpu=" + ",".join(QUERY_FIELDS) + " --format=csv,noheader,nounits"
+
+
+def nvidia_smi_query(nvidia_smi: str = "nvidia-smi") -> str:
+    """The shell command whose output nvidia_smi_gpus parses (the field list has one home: here)."""
+    return shlex.quote(nvidia_smi) + QUERY_COMMAND[len("nvidia-smi") :]
+
 
 _CC_RE = re.compile(r"^\d+\.\d+$")
 _DRIVER_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
@@ -55,8 +60,7 @@ _FAILURES = (
     ),
     (
         "Insufficient Permissions",
-        "nvidia-smi may not open the GPU devices. Run it as root or fix the permissions of "
-        "/dev/nvidia*.",
+        "nvidia-smi may not open the GPU devices. Run it as root or fix the permissions of /dev/nvidia*.",
     ),
     (
         "Unable to determine the device handle",
@@ -156,17 +160,14 @@ def _parse_line(line: str, number: int) -> dict[str, Any]:
 def _to_int(value: str, field: str, where: str) -> int:
     if not value.isdecimal():
         raise AnsibleFilterError(
-            f"{where}: {field} should be a whole number, got {value!r}. "
-            f"Run: {QUERY_COMMAND} (no header, no units)"
+            f"{where}: {field} should be a whole number, got {value!r}. Run: {QUERY_COMMAND} (no header, no units)"
         )
     return int(value)
 
 
 def _check(value: str, pattern: re.Pattern[str], field: str, example: str, where: str) -> None:
     if not pattern.match(value):
-        raise AnsibleFilterError(
-            f"{where}: {field} should look {example}, got {value!r}. Run: {QUERY_COMMAND}"
-        )
+        raise AnsibleFilterError(f"{where}: {field} should look {example}, got {value!r}. Run: {QUERY_COMMAND}")
 
 
 def gpu_profile_select(
@@ -199,13 +200,10 @@ def gpu_profile_select(
     if not gpus:
         if not default:
             raise AnsibleFilterError(
-                "No NVIDIA GPU found and no default profile given; set the GPU profile "
-                f"override to one of: {names}."
+                f"No NVIDIA GPU found and no default profile given; set the GPU profile override to one of: {names}."
             )
         if default not in profiles:
-            raise AnsibleFilterError(
-                f"Default GPU profile {default!r} is not a known profile; choose one of: {names}."
-            )
+            raise AnsibleFilterError(f"Default GPU profile {default!r} is not a known profile; choose one of: {names}.")
         return default
 
     chosen: dict[str, str] = {}
@@ -238,16 +236,13 @@ def _profile_claims(profiles: dict[str, dict[str, Any]]) -> dict[str, str]:
         ccs = profile.get("compute_capabilities") if isinstance(profile, dict) else None
         if not isinstance(ccs, list) or not ccs:
             raise AnsibleFilterError(
-                f"GPU profile {name!r} needs a non-empty list 'compute_capabilities', "
-                "e.g. ['6.0', '6.1', '6.2']."
+                f"GPU profile {name!r} needs a non-empty list 'compute_capabilities', e.g. ['6.0', '6.1', '6.2']."
             )
         for cc in ccs:
             # YAML reads an unquoted 6.1 as a float; its str() is still '6.1'.
             cc = str(cc)
             if not _CC_RE.match(cc):
-                raise AnsibleFilterError(
-                    f"GPU profile {name!r} lists {cc!r}; a compute capability looks like '6.1'."
-                )
+                raise AnsibleFilterError(f"GPU profile {name!r} lists {cc!r}; a compute capability looks like '6.1'.")
             if cc in claims and claims[cc] != name:
                 raise AnsibleFilterError(
                     f"Compute capability {cc} is claimed by both GPU profiles "
@@ -259,8 +254,7 @@ def _profile_claims(profiles: dict[str, dict[str, Any]]) -> dict[str, str]:
 
 def _describe(profiles: dict[str, dict[str, Any]]) -> str:
     return "; ".join(
-        f"{name}: {', '.join(str(cc) for cc in profiles[name]['compute_capabilities'])}"
-        for name in sorted(profiles)
+        f"{name}: {', '.join(str(cc) for cc in profiles[name]['compute_capabilities'])}" for name in sorted(profiles)
     )
 
 
@@ -291,6 +285,7 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {
+            "nvidia_smi_query": nvidia_smi_query,
             "nvidia_smi_gpus": nvidia_smi_gpus,
             "nvidia_smi_error": nvidia_smi_error,
             "gpu_profile_select": gpu_profile_select,

@@ -1,18 +1,22 @@
-"""Filters for the stack's own data: the artifact manifest."""
+"""Filters for the stack's own data (the artifact manifest) and its checks (pip check)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-def stack_artifact(manifest: dict[str, Any], key: str, overrides: dict[str, Any] | None = None,
-                   mirror_url: str = "") -> dict[str, Any]:
+
+def stack_artifact(
+    manifest: dict[str, Any], key: str, overrides: dict[str, Any] | None = None, mirror_url: str = ""
+) -> dict[str, Any]:
     """Return one manifest entry with its overrides merged and its download URL resolved."""
     if key not in manifest:
         raise AnsibleFilterError(
             "artifact '%s' is not in stack_artifacts (group_vars/all/artifacts.yml); known: %s"
-            % (key, ", ".join(sorted(manifest))))
+            % (key, ", ".join(sorted(manifest)))
+        )
     entry = dict(manifest[key])
     entry.update((overrides or {}).get(key) or {})
     for field in ("file", "url", "sha256"):
@@ -29,8 +33,51 @@ def stack_artifact(manifest: dict[str, Any], key: str, overrides: dict[str, Any]
     return entry
 
 
+# The lines `pip check` prints (pip's commands/check.py): one per finding, or the all-clear.
+PIP_CHECK_CLEAN = "No broken requirements found."
+PIP_CHECK_FINDING = re.compile(
+    r"^\S+ \S+ (requires \S+, which is not installed\.|has requirement .+, but you have .+\.|is not supported on this platform)$"
+)
+# What pip may say on stderr without having failed.
+PIP_CHECK_NOTICE = re.compile(r"^(WARNING|DEPRECATION): ")
+
+
+def pip_check_problems(result: dict[str, Any], allowed: list[str] | None = None) -> list[str]:
+    """What is wrong with a `python -m pip check` run, given its rc/stdout/stderr; [] when it passes.
+
+    It passes with exit 0 and pip's all-clear, or with exit 1 when stdout holds only
+    pip's findings and each matches one of the `allowed` regular expressions. Anything
+    else fails: a missing pip or python (exit 1 or 127, nothing on stdout), a crash (a
+    traceback on stderr), exit 1 with no finding, or output pip check never prints.
+    """
+    rc = result.get("rc")
+    stdout = [line for line in str(result.get("stdout") or "").splitlines() if line.strip()]
+    stderr = [line for line in str(result.get("stderr") or "").splitlines() if line.strip()]
+    patterns = [re.compile(pattern) for pattern in allowed or []]
+    said = "; stderr: %s" % " | ".join(stderr[-5:]) if stderr else ""
+    problems = []
+    errors = [line for line in stderr if not PIP_CHECK_NOTICE.match(line)]
+    if errors:
+        problems.append("pip check wrote errors: %s" % " | ".join(errors[-5:]))
+    if rc == 0:
+        if stdout != [PIP_CHECK_CLEAN]:
+            problems.append("pip check exited 0 without its all-clear (stdout: %s)" % (" | ".join(stdout) or "empty"))
+        return problems
+    if rc != 1:
+        return problems + ["pip check did not run (exit %s)%s" % (rc, said)]
+    findings = [line for line in stdout if PIP_CHECK_FINDING.match(line)]
+    other = [line for line in stdout if not PIP_CHECK_FINDING.match(line)]
+    if not findings:
+        problems.append("pip check exited 1 without reporting a finding (it did not run?)%s" % said)
+    if other:
+        problems.append("pip check printed what it never prints: %s" % " | ".join(other[:5]))
+    problems += ["pip check found: %s" % line for line in findings if not any(p.search(line) for p in patterns)]
+    return problems
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "stack_artifact": stack_artifact,
+            "pip_check_problems": pip_check_problems,
         }

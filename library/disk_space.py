@@ -9,15 +9,36 @@ DOCUMENTATION = r"""
 module: disk_space
 short_description: Check that the filesystems holding some paths have enough free space
 description:
-  - For each requirement (a path, which need not exist yet, and the GiB it needs) finds the
-    filesystem that will hold it (that of its nearest existing ancestor). Requirements on one
-    filesystem add up. Never changes anything.
+  - For each item of O(requirements) (a path, which need not exist yet, and the GiB it needs)
+    finds the filesystem that will hold it (that of its nearest existing ancestor).
+    Requirements on one filesystem add up.
+  - Never changes anything and never fails for lack of space; the caller judges RV(shortfalls).
 options:
   requirements:
-    description: List of C(path) and C(min_free_gb).
+    description: The paths to check and the free space each needs.
     type: list
     elements: dict
     required: true
+    suboptions:
+      path:
+        description: An absolute path. It need not exist yet; its nearest existing ancestor is measured.
+        type: str
+        required: true
+      min_free_gb:
+        description: GiB of free space O(requirements[].path) needs.
+        type: float
+        required: true
+extends_documentation_fragment:
+  - action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; check mode returns the same result as a normal run.
+  diff_mode:
+    support: none
+    details: The module changes nothing, so there is nothing to show.
+  platform:
+    platforms: posix
 author:
   - verl-p40 maintainers
 """
@@ -33,13 +54,36 @@ EXAMPLES = r"""
 
 RETURN = r"""
 filesystems:
-  description: One entry per filesystem, with its paths, free and needed GiB.
+  description: One entry per filesystem holding a required path, sorted by mount point.
   type: list
+  elements: dict
   returned: always
+  contains:
+    mount:
+      description: The filesystem's mount point.
+      type: str
+      sample: /
+    free_gb:
+      description: GiB free for an unprivileged user, rounded to one decimal.
+      type: float
+      sample: 71.0
+    needed_gb:
+      description: The sum of O(requirements[].min_free_gb) of the paths on this filesystem.
+      type: float
+      sample: 14.0
+    paths:
+      description: The required paths this filesystem holds, as given.
+      type: list
+      elements: str
+      sample: [/usr/local/cuda-11.8, /var/cache/verl-p40]
+  sample:
+    - {mount: /, free_gb: 71.0, needed_gb: 14.0, paths: [/usr/local/cuda-11.8, /var/cache/verl-p40]}
 shortfalls:
-  description: A sentence for each filesystem with less free space than needed.
+  description: A sentence for each filesystem with less free space than needed; empty when all have enough.
   type: list
+  elements: str
   returned: always
+  sample: ["/ (for /usr/local/cuda-11.8, /var/cache/verl-p40) has 9.5 GiB free, needs 14.0 GiB"]
 """
 
 import os
@@ -47,7 +91,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def existing_ancestor(path: str) -> str:
@@ -68,29 +112,40 @@ def check(requirements: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
     for req in requirements:
         anchor = existing_ancestor(str(req["path"]))
         stat = os.statvfs(anchor)
-        slot = by_device.setdefault(os.stat(anchor).st_dev, {
-            "mount": mount_point(anchor),
-            "free_gb": round(stat.f_bavail * stat.f_frsize / GIB, 1),
-            "needed_gb": 0.0,
-            "paths": [],
-        })
+        slot = by_device.setdefault(
+            os.stat(anchor).st_dev,
+            {
+                "mount": mount_point(anchor),
+                "free_gb": round(stat.f_bavail * stat.f_frsize / GIB, 1),
+                "needed_gb": 0.0,
+                "paths": [],
+            },
+        )
         slot["needed_gb"] += float(req["min_free_gb"])
         slot["paths"].append(str(req["path"]))
     filesystems = sorted(by_device.values(), key=lambda fs: fs["mount"])
-    shortfalls = ["%s (for %s) has %.1f GiB free, needs %.1f GiB"
-                  % (fs["mount"], ", ".join(fs["paths"]), fs["free_gb"], fs["needed_gb"])
-                  for fs in filesystems if fs["free_gb"] < fs["needed_gb"]]
+    shortfalls = [
+        "%s (for %s) has %.1f GiB free, needs %.1f GiB"
+        % (fs["mount"], ", ".join(fs["paths"]), fs["free_gb"], fs["needed_gb"])
+        for fs in filesystems
+        if fs["free_gb"] < fs["needed_gb"]
+    ]
     return filesystems, shortfalls
 
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec=dict(requirements=dict(type="list", elements="dict", required=True)),
+        argument_spec=dict(
+            requirements=dict(
+                type="list",
+                elements="dict",
+                required=True,
+                options=dict(path=dict(type="str", required=True), min_free_gb=dict(type="float", required=True)),
+            )
+        ),
         supports_check_mode=True,
     )
     for req in module.params["requirements"]:
-        if "path" not in req or "min_free_gb" not in req:
-            module.fail_json(msg="each requirement needs path and min_free_gb, got %r" % (req,))
         if not str(req["path"]).startswith("/"):
             module.fail_json(msg="requirement path %r must be absolute" % (req["path"],))
     filesystems, shortfalls = check(module.params["requirements"])

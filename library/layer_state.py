@@ -9,28 +9,36 @@ DOCUMENTATION = r"""
 module: layer_state
 short_description: Decide whether a layer of the stack must be built, and record it when it is
 description:
-  - Every layer (preflight, cuda, cudnn, ...) keeps a JSON state file in I(state_dir) with the
-    inputs it was built from, its version, its fingerprint and when it was built.
-  - With I(state=query) the module compares the recorded state with the current inputs, the
-    fingerprints of the layers it I(requires) and the user's I(rebuild) request, and returns
-    C(build) and the C(reason). It never changes anything in that mode.
-  - With I(state=building) it marks the layer incomplete before its work starts, so that a run
+  - Every layer (preflight, cuda, cudnn, ...) keeps a JSON state file C(<name>.json) in O(state_dir)
+    with the inputs it was built from, its version, its fingerprint and when it was built.
+  - With O(state=query) the module compares the recorded state with the current O(inputs), the
+    fingerprints of the layers it O(requires) and the user's O(rebuild) request, and returns
+    RV(build) and the RV(reason). It never changes anything in that mode.
+  - With O(state=building) it marks the layer incomplete before its work starts, so that a run
     that fails half way is redone from scratch by the next run.
-  - With I(state=present) it records the finished layer. Each build gets a new fingerprint, so
+  - With O(state=present) it records the finished layer. Each build gets a new fingerprint, so
     every layer that requires it is rebuilt the next time it runs.
   - The outcome (built, rebuilt, unchanged) is returned as the fact C(stack_layer_<name>) for the
-    end-of-run summary.
+    end-of-run summary; a query of a complete layer returns it as unchanged, so a layer that has
+    nothing to do need not record itself again.
+  - A query stops with a clear message when a layer it O(requires) has no complete record on the
+    host, and otherwise returns those layers' records in RV(required); a layer reads what it needs of
+    an earlier layer (a version, a path, the host compiler) from there, never from its files.
+  - The state file is replaced atomically (a fsynced temporary file renamed over it), mode 0644.
 options:
   name:
-    description: Layer name; must be one of I(layers).
+    description: Layer name; must be one of O(layers).
     type: str
     required: true
   state_dir:
-    description: Directory that holds one C(<name>.json) per layer.
+    description: Directory that holds one C(<name>.json) per layer. Created (mode 0755) when missing.
     type: path
     required: true
   state:
-    description: C(query) reads, C(building) marks the layer incomplete, C(present) records it.
+    description:
+      - V(query) reads and decides.
+      - V(building) marks the layer incomplete (and records O(run)).
+      - V(present) records the finished layer.
     type: str
     choices: [query, building, present]
     default: query
@@ -45,26 +53,60 @@ options:
     default: []
   rebuild:
     description:
-      - The user's rebuild request. A layer name, comma-separated names, a list, or C(all).
+      - The user's rebuild request. A layer name, comma-separated names, a list, or V(all).
     type: raw
     default: ""
   layers:
-    description: All layer names, used to validate I(name), I(requires) and I(rebuild).
+    description: All layer names, used to validate O(name), O(requires) and O(rebuild).
     type: list
     elements: str
     required: true
   version:
-    description: The version the layer installed (I(state=present)).
+    description: The version the layer installed (O(state=present)).
     type: str
     default: ""
   built:
-    description: Whether this run did the layer's work (I(state=present)); false adopts or confirms.
+    description: Whether this run did the layer's work (O(state=present)); V(false) adopts or confirms.
     type: bool
     default: true
   details:
-    description: Extra facts to keep in the state file (I(state=present)).
+    description: Extra facts to keep in the state file (O(state=present)).
     type: dict
     default: {}
+  run:
+    description:
+      - The identity of the run (the host lock's run id). O(state=building) records it; O(state=present)
+        refuses to complete a layer that another run marked building.
+    type: str
+    default: ""
+  verify:
+    description:
+      - The user's request to look at the host again even where the record says the layer is unchanged
+        (the layer's probe and full check run). Layer names like O(rebuild), V(all), or a boolean.
+    type: raw
+    default: ""
+  files:
+    description:
+      - Paths the layer installed whose size and modification time stand for it. O(state=present)
+        records them; a query whose recorded files changed (size, mtime, type, or gone) returns
+        RV(probe=true) with the reason V(files_changed), so the layer looks at the host again. A record
+        without files (written by an older version) is probed once too.
+      - This is what lets a rerun with nothing to do decide from the state file and a stat, without
+        running the env's Python, pip or conda.
+    type: list
+    elements: path
+    default: []
+extends_documentation_fragment:
+  - action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Writes nothing; returns the decision, the fingerprint, the fact and the diff a normal run would.
+  diff_mode:
+    support: full
+    details: O(state=building) and O(state=present) show the state file before and after (as JSON).
+  platform:
+    platforms: posix
 author:
   - verl-p40 maintainers
 """
@@ -80,35 +122,171 @@ EXAMPLES = r"""
       sha256: "{{ cuda_artifact.sha256 }}"
     rebuild: "{{ rebuild | default('') }}"
   register: cuda_layer
+
+- name: Record the cuda layer once it is built
+  layer_state:
+    name: cuda
+    state: present
+    state_dir: /var/lib/verl-p40/layers
+    layers: "{{ stack_layers }}"
+    inputs: "{{ cuda_layer_inputs }}"
+    version: 11.8.89
+    details:
+      prefix: /usr/local/cuda-11.8
 """
 
 RETURN = r"""
 build:
-  description: Whether the layer must be built (query).
+  description: Whether the layer must be built, judged against the state recorded before this call.
   type: bool
   returned: always
+  sample: true
 reason:
-  description: absent, incomplete, inputs_changed, dependency_changed, requested or unchanged.
+  description: Why RV(build) is what it is.
   type: str
   returned: always
+  choices: [absent, incomplete, requested, inputs_changed, dependency_changed, unchanged]
+  sample: inputs_changed
 previous:
-  description: The state recorded before this call, or an empty dict.
+  description:
+    - The state recorded before this call; V({}) when there is none. A file that cannot be read as a
+      JSON object gives only RV(previous.status=unreadable).
+    - A layer marked building holds only RV(previous.status), RV(previous.name) and RV(previous.run)
+      on top of what was there.
   type: dict
   returned: always
+  contains:
+    format:
+      description: The version of the state file's format.
+      type: int
+      sample: 1
+    name:
+      description: The layer.
+      type: str
+      sample: cuda
+    status:
+      description: V(complete), V(building) or V(unreadable).
+      type: str
+      sample: complete
+    version:
+      description: The version the layer installed (O(version)).
+      type: str
+      sample: 11.8.89
+    inputs:
+      description: The O(inputs) the layer was built from.
+      type: dict
+      sample: {version: 11.8.0}
+    requires:
+      description: The fingerprints of the required layers it was built against, by layer.
+      type: dict
+      sample: {preflight: 5d41402abc4b2a76}
+    details:
+      description: The O(details) recorded with it.
+      type: dict
+      sample: {prefix: /usr/local/cuda-11.8}
+    fingerprint:
+      description: The fingerprint of that build.
+      type: str
+      sample: 77a873e85013aaa0
+    built_at:
+      description: When it was recorded (UTC, ISO 8601).
+      type: str
+      sample: "2026-12-01T10:00:00Z"
+    run:
+      description: The run id that marked the layer building (O(run)).
+      type: str
+      sample: ctl-4242-123456
+    files:
+      description:
+        - The O(files) recorded with it, each as V([kind, size, mtime_ns]) (kind V(file), V(dir) or
+          V(link)), or V(null) for a path that was missing.
+      type: dict
+      sample: {/usr/local/cuda-11.8/version.json: [file, 2561, 1764583200000000000]}
 fingerprint:
-  description: The fingerprint recorded for the layer (present), or the current one.
+  description: The fingerprint recorded for the layer by this call (O(state=present)), else the one recorded before; empty when none.
   type: str
   returned: always
+  sample: 77a873e85013aaa0
+path:
+  description:
+    - The layer's state file.
+    - As for any module whose result names an existing file, Ansible adds that file's owner, group, mode,
+      uid, gid, size and type to the result, under the keys owner, group, mode, uid, gid, size and state;
+      that state key holds the file's type (V(file), V(directory)), not O(state).
+  type: str
+  returned: always
+  sample: /var/lib/verl-p40/layers/cuda.json
+ansible_facts:
+  description: The layer's fact for the end-of-run summary.
+  type: dict
+  returned: when O(state=present), and on a query of a layer whose record is complete (as V(unchanged))
+  contains:
+    stack_layer_<name>:
+      description: The fact, named after O(name).
+      type: dict
+      contains:
+        version:
+          description: The version the layer installed (O(version)).
+          type: str
+          sample: 11.8.89
+        outcome:
+          description: V(built) the first time, V(rebuilt) when it replaced a build, V(unchanged) when nothing was built.
+          type: str
+          choices: [built, rebuilt, unchanged]
+          sample: built
+  sample: {stack_layer_cuda: {version: 11.8.89, outcome: built}}
+rebuild:
+  description:
+    - The layer must be built whatever the host looks like (incomplete, requested, inputs or a
+      required layer changed). RV(build) without this (reason V(absent)) lets the layer adopt what it
+      finds on the host.
+  type: bool
+  returned: always
+probe:
+  description:
+    - The layer must look at the host (its probe and full check) when there is no record yet, its recorded files
+      changed, or the user asked with O(verify). V(false) on a clean rerun, where the layer has nothing
+      to do.
+  type: bool
+  returned: always
+changed_files:
+  description: The recorded files whose size, mtime or type changed, or that are gone.
+  type: list
+  elements: str
+  returned: always
+required:
+  description: The records of the layers named in O(requires), by name.
+  type: dict
+  returned: always
+  contains:
+    <layer>:
+      description: One required layer's record.
+      type: dict
+      contains:
+        version:
+          description: The version that layer installed.
+          type: str
+        details:
+          description: The extra facts that layer recorded (a prefix, the host compiler, a model's config).
+          type: dict
+        fingerprint:
+          description: That layer's fingerprint.
+          type: str
+        built_at:
+          description: When that layer was built (UTC, ISO 8601).
+          type: str
+  sample: {cuda: {version: 11.8.89, details: {host_compiler: /usr/bin/g++-11}, fingerprint: 77a873e85013aaa0, built_at: "2026-12-01T10:00:00Z"}}
 """
 
 import datetime
 import hashlib
 import json
 import os
-import tempfile
+import stat
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.stack_files import atomic_write
 
 STATE_FORMAT = 1
 
@@ -124,8 +302,7 @@ def parse_rebuild(raw: Any, layers: list[str]) -> set[str]:
     unknown = sorted(names - set(layers))
     if unknown:
         raise ValueError(
-            "rebuild names unknown layer(s) %s; valid names are %s, or 'all'"
-            % (", ".join(unknown), ", ".join(layers))
+            "rebuild names unknown layer(s) %s; valid names are %s, or 'all'" % (", ".join(unknown), ", ".join(layers))
         )
     return names
 
@@ -142,31 +319,54 @@ def read_state(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {"status": "unreadable"}
 
 
+def state_text(data: dict[str, Any]) -> str:
+    """The state file's content; also what the diff shows, so a diff is the file's own change."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
 def write_state(path: str, data: dict[str, Any]) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".layer-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # Fsynced and renamed into place: a crash leaves the old record or the new one, never half of one.
+    atomic_write(path, state_text(data), 0o644)
 
 
-def required_fingerprints(state_dir: str, requires: list[str]) -> dict[str, str]:
-    return {
-        name: str(read_state(os.path.join(state_dir, name + ".json")).get("fingerprint", ""))
-        for name in requires
-    }
+def state_diff(path: str, before: dict[str, Any], after: dict[str, Any]) -> dict[str, str]:
+    return dict(before=state_text(before), after=state_text(after), before_header=path, after_header=path)
 
 
-def decide(previous: dict[str, Any], inputs: dict[str, Any], deps: dict[str, str],
-           requested: bool) -> tuple[bool, str]:
+def required_records(state_dir: str, requires: list[str]) -> dict[str, dict[str, Any]]:
+    return {name: read_state(os.path.join(state_dir, name + ".json")) for name in requires}
+
+
+def missing_requirements(records: dict[str, dict[str, Any]]) -> list[str]:
+    """The required layers that have no complete record on the host."""
+    return [name for name, record in records.items() if record.get("status") != "complete"]
+
+
+def file_facts(paths: list[str]) -> dict[str, list[Any]]:
+    """What a cheap stat says of each path: [kind, size, mtime_ns], or None when it is gone.
+
+    A symlink is stat'ed itself, not followed: pointing it elsewhere (a new link) counts as a
+    change, and what a link points at is never read on its say-so."""
+    facts: dict[str, list[Any]] = {}
+    for path in paths:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            facts[path] = None  # type: ignore[assignment]
+            continue
+        kind = "dir" if stat.S_ISDIR(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "file"
+        # A directory's size and mtime change with its entries only; its own content is not hashed.
+        facts[path] = [kind, info.st_size, info.st_mtime_ns]
+    return facts
+
+
+def changed_files(recorded: dict[str, Any], paths: list[str]) -> list[str]:
+    """Recorded files whose stat differs now, and paths asked for that were never recorded."""
+    now = file_facts(paths)
+    return sorted(path for path in paths if path not in recorded or recorded[path] != now[path])
+
+
+def decide(previous: dict[str, Any], inputs: dict[str, Any], deps: dict[str, str], requested: bool) -> tuple[bool, str]:
     """Return (build, reason) for a layer, most specific reason first."""
     if not previous:
         return True, "absent"
@@ -182,9 +382,20 @@ def decide(previous: dict[str, Any], inputs: dict[str, Any], deps: dict[str, str
 
 
 def new_fingerprint(name: str, inputs: dict[str, Any], deps: dict[str, str], when: str) -> str:
-    payload = json.dumps({"name": name, "inputs": inputs, "requires": deps, "time": when},
-                         sort_keys=True)
+    payload = json.dumps({"name": name, "inputs": inputs, "requires": deps, "time": when}, sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+
+
+def verdict(build: bool, reason: str, files_changed: list[str], verify: bool) -> tuple[bool, bool, str]:
+    """(rebuild, probe, reason): must the layer be built whatever the host looks like, must it look.
+
+    A layer with no record may adopt what the host has (probe, no forced build); an unchanged record
+    whose files changed is looked at again, not rebuilt blindly."""
+    if build:
+        return reason != "absent", reason == "absent" or verify, reason
+    if files_changed:
+        return False, True, "files_changed"
+    return False, verify, reason
 
 
 def outcome(previous: dict[str, Any], built: bool) -> str:
@@ -206,6 +417,9 @@ def main() -> None:
             version=dict(type="str", default=""),
             built=dict(type="bool", default=True),
             details=dict(type="dict", default={}),
+            run=dict(type="str", default=""),
+            verify=dict(type="raw", default=""),
+            files=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -213,53 +427,115 @@ def main() -> None:
     name = p["name"]
     unknown = sorted({name, *p["requires"]} - set(p["layers"]))
     if unknown:
-        module.fail_json(msg="layer_state: unknown layer(s) %s; known layers: %s"
-                         % (", ".join(unknown), ", ".join(p["layers"])))
+        module.fail_json(
+            msg="layer_state: unknown layer(s) %s; known layers: %s" % (", ".join(unknown), ", ".join(p["layers"]))
+        )
     try:
         rebuild = parse_rebuild(p["rebuild"], p["layers"])
     except ValueError as exc:
         module.fail_json(msg="%s. Example: -e rebuild=cuda,cudnn" % exc)
+    raw_verify = p["verify"]
+    if isinstance(raw_verify, bool) or str(raw_verify).lower() in ("true", "false", "yes", "no"):
+        raw_verify = "all" if str(raw_verify).lower() in ("true", "yes") else ""
+    try:
+        verify = parse_rebuild(raw_verify, p["layers"])
+    except ValueError as exc:
+        module.fail_json(msg="%s. Example: -e verify=all" % str(exc).replace("rebuild", "verify", 1))
 
     path = os.path.join(p["state_dir"], name + ".json")
     previous = read_state(path)
     # Inputs pass through JSON on both sides so that the comparison sees the same types.
     inputs = json.loads(json.dumps(p["inputs"], sort_keys=True))
-    deps = required_fingerprints(p["state_dir"], p["requires"])
+    records = required_records(p["state_dir"], p["requires"])
+    missing = missing_requirements(records)
+    # A check-mode run on a new host has recorded nothing yet: it reports the build it would do.
+    if missing and p["state"] != "building" and not module.check_mode:
+        module.fail_json(
+            msg="the %s layer needs the %s layer(s), which this host has not completed (no complete record in %s). "
+            "Build them first, for example: --tags %s"
+            % (name, ", ".join(missing), p["state_dir"], ",".join([*missing, name]))
+        )
+    deps = {dep: str(record.get("fingerprint", "")) for dep, record in records.items()}
     build, reason = decide(previous, inputs, deps, name in rebuild)
-    result: dict[str, Any] = dict(changed=False, build=build, reason=reason, previous=previous,
-                                  fingerprint=previous.get("fingerprint", ""), path=path)
+    files = sorted(set(p["files"]))
+    recorded_files = previous.get("files", {}) if isinstance(previous.get("files"), dict) else {}
+    # Only the files the layer recorded, plus any it now names: a stat each, nothing run on the host.
+    stale = changed_files(recorded_files, sorted(set(recorded_files) | set(files))) if not build else []
+    # A record written before layers recorded their files is looked at once, then records them.
+    unrecorded = not build and "files" not in previous
+    must_rebuild, probe, reason = verdict(build, reason, stale, name in verify or unrecorded)
+    result: dict[str, Any] = dict(
+        changed=False,
+        build=build,
+        rebuild=must_rebuild,
+        probe=probe,
+        reason=reason,
+        changed_files=stale,
+        previous=previous,
+        fingerprint=previous.get("fingerprint", ""),
+        path=path,
+        required={
+            dep: {key: record.get(key) for key in ("version", "details", "fingerprint", "built_at")}
+            for dep, record in records.items()
+        },
+    )
+    if p["state"] == "query" and previous.get("status") == "complete":
+        result["ansible_facts"] = {
+            "stack_layer_" + name: dict(version=str(previous.get("version", "")), outcome="unchanged")
+        }
 
     if p["state"] == "building":
         marked = dict(previous, status="building", name=name)
-        result["changed"] = previous.get("status") != "building"
+        if p["run"]:
+            marked["run"] = p["run"]
+        result["changed"] = marked != previous
+        if module._diff:
+            result["diff"] = state_diff(path, previous, marked)
         if result["changed"] and not module.check_mode:
             write_state(path, marked)
     elif p["state"] == "present":
+        other = previous.get("run") if previous.get("status") == "building" else None
+        if other and p["run"] and other != p["run"]:
+            module.fail_json(
+                msg="layer %s was marked building by run %s, not by this run (%s): another run is working on "
+                "this host. Let it finish, then rerun." % (name, other, p["run"]),
+                **result,
+            )
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        unchanged = (not p["built"] and previous.get("status") == "complete"
-                     and previous.get("inputs") == inputs and previous.get("requires", {}) == deps)
-        # Nothing was built from the same inputs: the record stays as it was, details included.
-        record = dict(previous) if unchanged else {
-            "format": STATE_FORMAT,
-            "name": name,
-            "status": "complete",
-            "version": p["version"],
-            "inputs": inputs,
-            "requires": deps,
-            "details": json.loads(json.dumps(p["details"], sort_keys=True)),
-            "fingerprint": new_fingerprint(name, inputs, deps, when),
-            "built_at": when,
-        }
+        unchanged = (
+            not p["built"]
+            and previous.get("status") == "complete"
+            and previous.get("inputs") == inputs
+            and previous.get("requires", {}) == deps
+        )
+        # Nothing was built from the same inputs: the record stays as it was, details included; only
+        # the stat of its files is refreshed (a file touched but found sound is not a new build).
+        record = (
+            dict(previous)
+            if unchanged
+            else {
+                "format": STATE_FORMAT,
+                "name": name,
+                "status": "complete",
+                "version": p["version"],
+                "inputs": inputs,
+                "requires": deps,
+                "details": json.loads(json.dumps(p["details"], sort_keys=True)),
+                "fingerprint": new_fingerprint(name, inputs, deps, when),
+                "built_at": when,
+            }
+        )
+        record["files"] = file_facts(files)
         result["changed"] = record != previous
         result["fingerprint"] = record["fingerprint"]
-        result["diff"] = dict(before=json.dumps(previous, indent=2, sort_keys=True) + "\n",
-                              after=json.dumps(record, indent=2, sort_keys=True) + "\n",
-                              before_header=path, after_header=path)
+        if module._diff:
+            result["diff"] = state_diff(path, previous, record)
         if result["changed"] and not module.check_mode:
             write_state(path, record)
         result["ansible_facts"] = {
-            "stack_layer_" + name: dict(version=p["version"],
-                                        outcome=outcome(previous, p["built"] and result["changed"]))
+            "stack_layer_" + name: dict(
+                version=p["version"], outcome=outcome(previous, p["built"] and result["changed"])
+            )
         }
     module.exit_json(**result)
 

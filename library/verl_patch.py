@@ -52,8 +52,18 @@ options:
     type: str
     choices: [eager, sdpa]
     default: eager
+extends_documentation_fragment:
+  - action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Plans the whole run, refusals included, and returns what it would apply and change; writes nothing.
+  diff_mode:
+    support: full
+    details: One diff per verl file that changes, its whole text before and after. The record under C(.verl_p40_patch/) is not shown.
+  platform:
+    platforms: posix
 notes:
-  - Supports check mode and diff mode.
   - Files are replaced atomically (temporary file in the same directory, then rename)
     and keep their permission bits; when run as root they also keep their owner.
   - The record lives in C(<path>/.verl_p40_patch/record.json), with the originals
@@ -94,11 +104,34 @@ fixes:
 applied:
   description:
     - One entry per edit in effect after the run. O(state=absent) returns an empty list.
-    - C(line) is the first changed line in the original file, C(patched_line) the same line
-      in the patched file; C(before) and C(after) are the changed lines only.
   returned: always
   type: list
   elements: dict
+  contains:
+    fix:
+      description: The fix the edit belongs to.
+      type: str
+      sample: hf_rollout_timing
+    file:
+      description: The edited file, relative to O(path).
+      type: str
+      sample: verl/workers/fsdp_workers.py
+    line:
+      description: The first changed line in the original file.
+      type: int
+      sample: 671
+    patched_line:
+      description: The same line in the patched file.
+      type: int
+      sample: 671
+    before:
+      description: The changed lines of the original only (the anchor's context lines left out).
+      type: str
+      sample: "        timing_generate.update(self.rollout_sharding_manager.timing)\n"
+    after:
+      description: The lines that replace them.
+      type: str
+      sample: "        timing_generate.update(getattr(self.rollout_sharding_manager, \"timing\", {}))  # verl_p40_patch: hf_rollout_timing\n"
   sample:
     - fix: hf_rollout_timing
       file: verl/workers/fsdp_workers.py
@@ -111,6 +144,7 @@ changed_files:
   returned: always
   type: list
   elements: str
+  sample: [verl/workers/fsdp_workers.py, verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py]
 record:
   description: Path of the record kept with the checkout.
   returned: always
@@ -354,7 +388,7 @@ def check_compiles(rel: str, pristine: str, patched: str) -> None:
         raise PatchError(
             "Catalog error: %s would not compile after patching (%s, line %s). Nothing was written. "
             "Fix module_utils/verl_fixes.py." % (rel, error.msg, error.lineno)
-        )
+        ) from error
 
 
 # ---------------------------------------------------------------- the record
@@ -371,7 +405,7 @@ def load_record(root: str) -> Optional[dict]:
         raise PatchError(
             "%s is not valid JSON (%s). Restore the files listed under %s with git checkout, "
             "then delete %s and rerun." % (path, error, os.path.join(state_dir(root), ORIGINALS_DIR), state_dir(root))
-        )
+        ) from error
     if record.get("format") != RECORD_FORMAT:
         raise PatchError("%s has format %r; this module reads format %d." % (path, record.get("format"), RECORD_FORMAT))
     return record
@@ -434,7 +468,7 @@ def plan(root: str, state: str, names: Optional[List[str]], attn_implementation:
     params = {"attn_implementation": attn_implementation}
 
     rels = files_of(selected)
-    for rel in (record["files"] if record else {}):
+    for rel in record["files"] if record else {}:
         if rel not in rels:
             rels.append(rel)
     pristine_raw = pristine_bytes(root, record, version, rels)
@@ -443,8 +477,8 @@ def plan(root: str, state: str, names: Optional[List[str]], attn_implementation:
     for rel, data in pristine_raw.items():
         try:
             pristine[rel] = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise PatchError("%s is not UTF-8 text; the catalog only edits verl's Python sources." % rel)
+        except UnicodeDecodeError as error:
+            raise PatchError("%s is not UTF-8 text; the catalog only edits verl's Python sources." % rel) from error
     patched, applied = patch_texts(pristine, selected, params, version)
     for rel, text in patched.items():
         check_compiles(rel, pristine[rel], text)

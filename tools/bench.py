@@ -10,14 +10,21 @@ module call costs several `podman` commands, and it cannot pipeline) and SSH wit
 pipelining and a persistent control connection to an sshd in the container (how a real P40
 host is reached). The no-op rerun is timed over both.
 
-    python tools/bench.py [--image localhost/verl-p40-debian:12] [--keep]
+    python tools/bench.py [--image localhost/verl-p40-debian:12] [--keep] [--results docs/bench]
+    python tools/bench.py --table docs/bench/<date>.json    # docs/benchmarks.md's tables from a results file
+
+Each run writes its results (per scenario: wall seconds, changed count, per-layer rows; the
+machine's core count and the date) to `<results>/<date>.json`; docs/benchmarks.md's tables are printed from
+that file by `--table`, so every figure there can be traced to the run that measured it.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
+import datetime
 import json
+import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -32,32 +39,122 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from prepare_host import prepare  # noqa: E402
+
+# Roles that run on behalf of a layer (included from its tasks): their tasks count for that layer.
 HELPER_ROLES = {"stack_artifact"}
-VARS_FILES = [ROOT / ".cache/standins/standins.yml", ROOT / ".cache/standins-python/standins_python.yml",
-              ROOT / "tests/fixtures/ci-vars.yml"]
+TASK_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable")
+VARS_FILES = [
+    ROOT / ".cache/standins/standins.yml",
+    ROOT / ".cache/standins-python/standins_python.yml",
+    ROOT / "tests/fixtures/ci-vars.yml",
+]
 
 
 SSH_PORT = 22022
+
+
+def layer_table(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Tasks, changed tasks and seconds per layer, from ansible-runner's event stream.
+
+    A task belongs to its role (tasks outside any role to "play"); a helper role's tasks count
+    for the layer that ran last before it, the one that called it. A looped task counts once
+    (its per-item events are not counted), its seconds are the task's own.
+    """
+    table: dict[str, dict[str, Any]] = {}
+    layer = "play"
+    for event in events:
+        if event.get("event") not in TASK_EVENTS:
+            continue
+        data = event.get("event_data", {})
+        role = data.get("role") or "play"
+        if role not in HELPER_ROLES:
+            layer = role
+        row = table.setdefault(layer, {"tasks": 0, "changed": 0, "seconds": 0.0})
+        row["tasks"] += 1
+        row["changed"] += 1 if data.get("res", {}).get("changed") else 0
+        row["seconds"] = round(row["seconds"] + float(data.get("duration") or 0.0), 3)
+    return table
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """docs/benchmarks.md's benchmark tables, from a results file that main() wrote."""
+    lines = ["| run | wall | changed |", "|---|---|---|"]
+    for res in results["scenarios"]:
+        lines.append("| %s | %.1f s | %d |" % (res["name"], res["wall"], res["changed"]))
+    layers = list(results["scenarios"][0]["layers"]) if results["scenarios"] else []
+    lines += [
+        "",
+        "| layer | " + " | ".join(res["name"] for res in results["scenarios"]) + " |",
+        "|---" * (len(results["scenarios"]) + 1) + "|",
+    ]
+    for layer in layers:
+        cells = []
+        for res in results["scenarios"]:
+            row = res["layers"].get(layer)
+            cells.append("%.1f s, %d changed" % (row["seconds"], row["changed"]) if row else "-")
+        lines.append("| %s | %s |" % (layer, " | ".join(cells)))
+    return "\n".join(lines) + "\n"
+
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name).strip("-")
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cores": os.cpu_count(),
+        "date": datetime.date.today().isoformat(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        # Other work on the machine slows every figure: the 1-minute load average as the run ended.
+        "load_average": round(os.getloadavg()[0], 2),
+    }
 
 
 def start_sshd(container: str, workdir: Path) -> None:
     """An sshd in the container on a loopback port, reached with a throwaway key."""
     key = workdir / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    script = ("apt-get install -y -qq openssh-server >/dev/null && mkdir -p /root/.ssh /run/sshd && "
-              "cat > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys && "
-              "/usr/sbin/sshd -p %d -o ListenAddress=127.0.0.1 -o PermitRootLogin=prohibit-password" % SSH_PORT)
-    subprocess.run(["podman", "exec", "-i", container, "sh", "-c", script],
-                   input=Path(str(key) + ".pub").read_bytes(), check=True, capture_output=True)
+    script = (
+        "apt-get install -y -qq openssh-server >/dev/null && mkdir -p /root/.ssh /run/sshd && "
+        "cat > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys && "
+        "/usr/sbin/sshd -p %d -o ListenAddress=127.0.0.1 -o PermitRootLogin=prohibit-password" % SSH_PORT
+    )
+    subprocess.run(
+        ["podman", "exec", "-i", container, "sh", "-c", script],
+        input=Path(str(key) + ".pub").read_bytes(),
+        check=True,
+        capture_output=True,
+    )
 
 
-def run(name: str, workdir: Path, inventory: Path, extravars: dict[str, Any], cmdline: str = "") -> dict[str, Any]:
-    private = workdir / name.replace(" ", "-")
+def compact(event: dict[str, Any]) -> dict[str, Any]:
+    """What layer_table reads of an event, for --events files and the unit test's fixture."""
+    data = event.get("event_data", {})
+    kept = {key: data[key] for key in ("role", "task", "task_action", "duration") if key in data}
+    if "res" in data:
+        kept["res"] = {"changed": bool(data["res"].get("changed"))}
+    return {"event": event.get("event"), "event_data": kept}
+
+
+def run(
+    name: str,
+    workdir: Path,
+    inventory: Path,
+    extravars: dict[str, Any],
+    cmdline: str = "",
+    events_dir: Path | None = None,
+) -> dict[str, Any]:
+    private = workdir / slug(name)
     private.mkdir()
     start = time.monotonic()
     result = ansible_runner.run(
-        private_data_dir=str(private), playbook=str(ROOT / "site.yml"), inventory=str(inventory),
-        extravars=extravars, cmdline=cmdline, quiet=True,
+        private_data_dir=str(private),
+        playbook=str(ROOT / "site.yml"),
+        inventory=str(inventory),
+        extravars=extravars,
+        cmdline=cmdline,
+        quiet=True,
         envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
     )
     wall = time.monotonic() - start
@@ -65,6 +162,12 @@ def run(name: str, workdir: Path, inventory: Path, extravars: dict[str, Any], cm
     if result.rc != 0:
         tail = [e.get("stdout", "") for e in events[-15:]]
         raise SystemExit("%s failed (rc %s):\n%s" % (name, result.rc, "\n".join(tail)))
+    if events_dir is not None:
+        events_dir.mkdir(parents=True, exist_ok=True)
+        with open(events_dir / ("%s.jsonl" % slug(name)), "w") as handle:
+            for event in events:
+                if event.get("event") in TASK_EVENTS:
+                    handle.write(json.dumps(compact(event), sort_keys=True) + "\n")
     table = layer_table(events)
     return {"name": name, "wall": wall, "changed": sum(int(r["changed"]) for r in table.values()), "layers": table}
 
@@ -81,46 +184,99 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image", default="localhost/verl-p40-debian:12")
     parser.add_argument("--keep", action="store_true", help="keep the container afterwards")
-    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--results",
+        default=str(ROOT / "docs" / "bench"),
+        help="directory for the results file <date>.json (default: docs/bench)",
+    )
+    parser.add_argument("--events", metavar="DIR", help="also write each run's task events (compacted) here")
+    parser.add_argument(
+        "--table", metavar="FILE", help="print docs/benchmarks.md's tables from a results file and exit"
+    )
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(Path(args.table).read_text())), end="")
+        return 0
 
     container = "verl-p40-bench-" + uuid.uuid4().hex[:6]
-    subprocess.run(["podman", "run", "-d", "--init", "--network", "host", "--name", container, args.image,
-                    "sleep", "infinity"], check=True, capture_output=True)
+    subprocess.run(
+        ["podman", "run", "-d", "--init", "--network", "host", "--name", container, args.image, "sleep", "infinity"],
+        check=True,
+        capture_output=True,
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="verl-p40-bench-") as tmp:
             workdir = Path(tmp)
             (workdir / "inventory").mkdir()
             (workdir / "inventory" / "group_vars").symlink_to(ROOT / "group_vars")
             inventory = workdir / "inventory" / "hosts.yml"
-            inventory.write_text(yaml.safe_dump({"all": {"hosts": {container: {
-                "ansible_connection": "containers.podman.podman",
-                "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+            inventory.write_text(
+                yaml.safe_dump(
+                    {
+                        "all": {
+                            "hosts": {
+                                container: {
+                                    "ansible_connection": "containers.podman.podman",
+                                    "ansible_python_interpreter": "/usr/bin/python3",
+                                }
+                            }
+                        }
+                    }
+                )
+            )
             ssh_inventory = workdir / "inventory" / "ssh.yml"
-            ssh_inventory.write_text(yaml.safe_dump({"all": {"hosts": {container: {
-                "ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": SSH_PORT,
-                "ansible_user": "root", "ansible_ssh_private_key_file": str(workdir / "id_ed25519"),
-                "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
-                "ansible_ssh_pipelining": True,
-                "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+            ssh_inventory.write_text(
+                yaml.safe_dump(
+                    {
+                        "all": {
+                            "hosts": {
+                                container: {
+                                    "ansible_connection": "ssh",
+                                    "ansible_host": "127.0.0.1",
+                                    "ansible_port": SSH_PORT,
+                                    "ansible_user": "root",
+                                    "ansible_ssh_private_key_file": str(workdir / "id_ed25519"),
+                                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+                                    "ansible_ssh_pipelining": True,
+                                    "ansible_python_interpreter": "/usr/bin/python3",
+                                }
+                            }
+                        }
+                    }
+                )
+            )
             # The same extra-vars files and prepare step as the Molecule scenario.
             files = " ".join("-e @%s" % path for path in VARS_FILES)
             prepare(container)
             start_sshd(container, workdir)
-            results = [
-                run("cold converge (podman connection)", workdir, inventory, {}, files),
-                run("no-op rerun (podman connection)", workdir, inventory, {}, files),
-                run("no-op rerun (ssh, pipelining)", workdir, ssh_inventory, {}, files),
-                run("--tags cuda -e rebuild=cuda (ssh)", workdir, ssh_inventory, {"rebuild": "cuda"}, files + " --tags cuda"),
-                run("--tags apex -e rebuild=apex, cached wheel (ssh)", workdir, ssh_inventory, {"rebuild": "apex"},
-                    files + " --tags apex"),
+            events = Path(args.events) if args.events else None
+            scenarios = [
+                ("cold converge (podman connection)", inventory, {}, files),
+                ("no-op rerun (podman connection)", inventory, {}, files),
+                ("no-op rerun (ssh, pipelining)", ssh_inventory, {}, files),
+                ("--tags cuda -e rebuild=cuda (ssh)", ssh_inventory, {"rebuild": "cuda"}, files + " --tags cuda"),
+                (
+                    "--tags apex -e rebuild=apex, cached wheel (ssh)",
+                    ssh_inventory,
+                    {"rebuild": "apex"},
+                    files + " --tags apex",
+                ),
             ]
+            results = []
+            for name, inv, extravars, cmdline in scenarios:
+                print("bench: %s ..." % name, flush=True)
+                results.append(run(name, workdir, inv, extravars, cmdline, events))
+                print("bench: %s: %.1f s, %d changed" % (name, results[-1]["wall"], results[-1]["changed"]), flush=True)
     finally:
         if not args.keep:
-            subprocess.run(["podman", "rm", "-f", "-t", "0", container], capture_output=True)
+            subprocess.run(["podman", "rm", "-f", "-t", "0", container], capture_output=True, check=False)
     report(results)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    out = Path(args.results)
+    out.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    path = out / ("%s.json" % info["date"])
+    path.write_text(json.dumps({"machine": info, "image": args.image, "scenarios": results}, indent=2) + "\n")
+    print("\nresults: %s (docs/benchmarks.md's tables: python tools/bench.py --table %s)" % (path, path))
     return 0
 
 

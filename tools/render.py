@@ -3,21 +3,32 @@
 
     python tools/render.py --profile pascal --out /tmp/launcher
     python tools/render.py --profile pascal --out DIR --var train_n_gpus_per_node=2
+    python tools/render.py --profile pascal --out DIR --model-config config.json --gpu-memory-mib 16280
     python tools/render.py --list-profiles
 
-Variables come from where the train role gets them: group_vars/all/*.yml
-(the profiles among them) and roles/train/defaults/main.yml, then
+Variables come from where the train role gets them, in Ansible's order: the
+defaults of the roles of the training play (data, model, train: the train
+role's data and model paths are the data and model layers' output
+directories), group_vars/all/*.yml (the profiles among them), then
 --vars-file files and --var key=value pairs (YAML values, like -e). The
 profile is handed over as preflight_profile, the way the preflight role sets
 it, so train_profile resolves through the role's own default. Templates are
 rendered by Ansible's own Templar with the template module's Jinja settings.
+
+The HF rollout's micro-batch is computed from the model's config and the
+card's memory (filter_plugins/rollout.py). On a host the train role reads
+both there; here they default to the stack_model_architectures entry named
+like train_model_path (Qwen2.5-0.5B-Instruct by default) and to the
+profile's reference_card. --model-config (a config.json) and
+--gpu-memory-mib (nvidia-smi's memory.total) set them, as do the variables
+train_model_config and train_gpu_memory_mib.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,14 +39,23 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
 
 from ansible import constants as C  # noqa: E402
+from ansible.errors import AnsibleError  # noqa: E402
 from ansible.parsing.dataloader import DataLoader  # noqa: E402
 from ansible.template import Templar, trust_as_template  # noqa: E402
 
-DEFAULTS_FILE = REPO / "roles" / "train" / "defaults" / "main.yml"
+sys.path.insert(0, str(REPO / "filter_plugins"))
+from launcher import launcher_env_problems  # noqa: E402
+
+# The roles of playbooks/train.yml, in play order: the train role reads the data and model
+# roles' output directories (train_data_dir, train_model_path).
+DEFAULTS_FILES = [REPO / "roles" / role / "defaults" / "main.yml" for role in ("data", "model", "train")]
 GROUP_VARS_DIR = REPO / "group_vars" / "all"
+# The train role's own templates, the ones it renders on a host.
+TRAIN_TEMPLATES = REPO / "roles" / "train" / "templates"
 TEMPLATES = {
-    "train.sh": (REPO / "templates" / "train.sh.j2", 0o755),
-    "train.env": (REPO / "templates" / "train.env.j2", 0o644),
+    "train.sh": (TRAIN_TEMPLATES / "train.sh.j2", 0o755),
+    # Its values may be credentials (train_extra_env): readable by the owner only.
+    "train.env": (TRAIN_TEMPLATES / "train.env.j2", 0o600),
 }
 
 # What a profile must hold for the launcher; (key, test, what it should be).
@@ -43,8 +63,27 @@ _BOOL = ("a boolean", lambda v: isinstance(v, bool))
 _POSITIVE_INT = ("a positive integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0)
 _PROFILE_SCHEMA: list[tuple[str, tuple[str, Any]]] = [
     ("description", ("a string", lambda v: isinstance(v, str))),
+    (
+        "validated",
+        (
+            "a list of {what, where, evidence} (evidence: a file in this repository); [] when nothing ran",
+            lambda v: (
+                isinstance(v, list)
+                and all(
+                    isinstance(r, dict)
+                    and set(r) == {"what", "where", "evidence"}
+                    and all(isinstance(x, str) and x for x in r.values())
+                    and (REPO / r["evidence"]).is_file()
+                    for r in v
+                )
+            ),
+        ),
+    ),
     ("precision", ("float32 or bfloat16", lambda v: v in ("float32", "bfloat16"))),
-    ("attn_implementation", ("eager, sdpa or flash_attention_2", lambda v: v in ("eager", "sdpa", "flash_attention_2"))),
+    (
+        "attn_implementation",
+        ("eager, sdpa or flash_attention_2", lambda v: v in ("eager", "sdpa", "flash_attention_2")),
+    ),
     ("torch_compile", _BOOL),
     ("remove_padding", _BOOL),
     ("fused_kernels", _BOOL),
@@ -61,14 +100,20 @@ _PROFILE_SCHEMA: list[tuple[str, tuple[str, Any]]] = [
     ("env", ("a mapping of variable names to values", lambda v: isinstance(v, dict))),
 ]
 _BACKEND_SCHEMA: dict[str, list[tuple[str, tuple[str, Any]]]] = {
-    "hf": [("hf_rollout.micro_batch_size", _POSITIVE_INT)],
+    "hf": [
+        ("reference_card", ("a card named in stack_gpu_cards", lambda v: isinstance(v, str) and bool(v))),
+        ("hf_rollout.memory_margin", ("a number in [0, 1)", lambda v: isinstance(v, (int, float)) and 0 <= v < 1)),
+        ("hf_rollout.cuda_context_mib", _POSITIVE_INT),
+    ],
     "vllm": [
-        ("vllm_rollout.gpu_memory_utilization", ("a number in (0, 1]", lambda v: isinstance(v, (int, float)) and 0 < v <= 1)),
+        (
+            "vllm_rollout.gpu_memory_utilization",
+            ("a number in (0, 1]", lambda v: isinstance(v, (int, float)) and 0 < v <= 1),
+        ),
         ("vllm_rollout.enforce_eager", _BOOL),
         ("vllm_rollout.max_num_seqs", _POSITIVE_INT),
     ],
 }
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _lookup(data: dict[str, Any], dotted: str) -> Any:
@@ -94,9 +139,7 @@ def profile_problems(name: str, profile: Any) -> list[str]:
             continue
         if not test(value):
             problems.append(f"profile {name}: {key} is {value!r}; it should be {expected}")
-    for var in profile.get("env") or {}:
-        if not _ENV_NAME.match(str(var)):
-            problems.append(f"profile {name}: env name {var!r} is not a shell variable name")
+    problems += launcher_env_problems(profile.get("env"), f"stack_gpu_profiles.{name}.env")
     return problems
 
 
@@ -120,10 +163,10 @@ def parse_var(text: str) -> tuple[str, Any]:
 
 
 def load_variables(extra_vars: dict[str, Any] | None = None) -> tuple[DataLoader, dict[str, Any]]:
-    """group_vars/all + the train role's defaults + extra vars (highest), untemplated."""
+    """The training play's role defaults, then group_vars/all, then extra vars (highest), untemplated."""
     loader = DataLoader()
     data: dict[str, Any] = {}
-    for path in [*sorted(GROUP_VARS_DIR.glob("*.yml")), DEFAULTS_FILE]:
+    for path in [*DEFAULTS_FILES, *sorted(GROUP_VARS_DIR.glob("*.yml"))]:
         data.update(loader.load_from_file(str(path), trusted_as_template=True) or {})
     data.update(_trusted(extra_vars or {}))
     return loader, data
@@ -142,6 +185,10 @@ def render(profile: str, out_dir: Path, extra_vars: dict[str, Any] | None = None
     data.setdefault("preflight_profile", {**profiles[profile], "name": profile})
     data.setdefault("ansible_managed", C.config.get_config_value("DEFAULT_MANAGED_STR"))
     templar = Templar(loader=loader, variables=data)
+    # The names train.env exports, refused before anything is written (preflight does the same on a host).
+    problems = launcher_env_problems(templar.template(data.get("train_extra_env")), "train_extra_env")
+    if problems:
+        raise ValueError("; ".join(problems))
     out_dir.mkdir(parents=True, exist_ok=True)
     written = {}
     for name, (source, mode) in TEMPLATES.items():
@@ -152,28 +199,62 @@ def render(profile: str, out_dir: Path, extra_vars: dict[str, Any] | None = None
             overrides=dict(trim_blocks=True, lstrip_blocks=False),
         )
         target = out_dir / name
-        target.write_text(text)
-        target.chmod(mode)
+        # The mode is set before the text goes in, on a new or an old file alike.
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
         written[name] = target
     return written
+
+
+def validation_lines(profile: dict[str, Any]) -> list[str]:
+    """What has run for a profile, where, and the file that shows it (the profile's `validated`)."""
+    runs = profile.get("validated") or []
+    if not runs:
+        return ["validated: never run on any GPU"]
+    return ["validated: %s, on %s (%s)" % (run["what"], run["where"], run["evidence"]) for run in runs]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", help="name of a profile in stack_gpu_profiles")
     parser.add_argument("--out", type=Path, help="directory to write train.sh and train.env into")
-    parser.add_argument("--var", action="append", default=[], metavar="KEY=VALUE",
-                        help="set a variable (YAML value), like ansible-playbook -e; repeatable")
-    parser.add_argument("--vars-file", action="append", default=[], type=Path, metavar="FILE",
-                        help="YAML file of variables, applied before --var; repeatable")
+    parser.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a variable (YAML value), like ansible-playbook -e; repeatable",
+    )
+    parser.add_argument(
+        "--vars-file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="YAML file of variables, applied before --var; repeatable",
+    )
+    parser.add_argument(
+        "--model-config",
+        type=Path,
+        metavar="FILE",
+        help="the model's config.json, which sizes the HF rollout (sets train_model_config)",
+    )
+    parser.add_argument(
+        "--gpu-memory-mib",
+        type=int,
+        metavar="MIB",
+        help="GPU memory per GPU as nvidia-smi reports it (sets train_gpu_memory_mib)",
+    )
     parser.add_argument("--list-profiles", action="store_true", help="print the profile names and exit")
     args = parser.parse_args(argv)
 
     if args.list_profiles:
         _, data = load_variables()
         for name, profile in data["stack_gpu_profiles"].items():
-            tested = "tested" if profile.get("tested_on_hardware") else "untested on hardware"
-            print(f"{name}\t{tested}\t{profile.get('description', '')}")
+            print(f"{name}\t{profile.get('description', '')}")
+            print("\n".join("\t" + line for line in validation_lines(profile)))
         return 0
     if not args.profile or not args.out:
         parser.error("--profile and --out are required")
@@ -182,11 +263,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for path in args.vars_file:
             extra.update(yaml.safe_load(path.read_text()) or {})
+        if args.model_config:
+            extra["train_model_config"] = json.loads(args.model_config.read_text())
+        if args.gpu_memory_mib:
+            extra["train_gpu_memory_mib"] = args.gpu_memory_mib
         for item in args.var:
             key, value = parse_var(item)
             extra[key] = value
         written = render(args.profile, args.out, extra)
-    except (OSError, ValueError, yaml.YAMLError) as error:
+        _, data = load_variables()
+        for line in validation_lines(data["stack_gpu_profiles"][args.profile]):
+            print(f"render.py: profile {args.profile}: {line}", file=sys.stderr)
+    except (OSError, ValueError, yaml.YAMLError, AnsibleError) as error:
         print(f"render.py: {error}", file=sys.stderr)
         return 1
     for path in written.values():

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Convert GSM8K into verl's RL parquet format: OUT/train.parquet and OUT/test.parquet.
 
-    python tools/gsm8k_to_verl.py --source /data/gsm8k --out /var/lib/verl-p40/data/gsm8k
-    python tools/gsm8k_to_verl.py --hub --out DIR [--hf-endpoint URL] [--tokenizer MODEL_DIR]
+    python roles/data/files/gsm8k_to_verl.py --source /data/gsm8k --out /var/lib/verl-p40/data/gsm8k
+    python roles/data/files/gsm8k_to_verl.py --hub --out DIR [--hf-endpoint URL] [--tokenizer MODEL_DIR]
 
 Sources:
   --source DIR  a local copy of the dataset, for offline hosts: the hub
@@ -71,18 +71,25 @@ CHAT_TEMPLATE_TOKENS = 40
 HUB_NAME = "openai/gsm8k"
 HUB_CONFIG = "main"
 
-SCHEMA = pa.schema([
-    ("data_source", pa.string()),
-    ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-    ("ability", pa.string()),
-    ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-    ("extra_info", pa.struct([
-        ("split", pa.string()),
-        ("index", pa.int64()),
-        ("answer", pa.string()),
-        ("question", pa.string()),
-    ])),
-])
+SCHEMA = pa.schema(
+    [
+        ("data_source", pa.string()),
+        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("ability", pa.string()),
+        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+        (
+            "extra_info",
+            pa.struct(
+                [
+                    ("split", pa.string()),
+                    ("index", pa.int64()),
+                    ("answer", pa.string()),
+                    ("question", pa.string()),
+                ]
+            ),
+        ),
+    ]
+)
 
 # What verl's strict gsm8k scorer can extract after "#### " (minus "," and "$").
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
@@ -109,6 +116,7 @@ class ConversionError(Exception):
 
 
 # -- reading sources ---------------------------------------------------------
+
 
 def local_split_files(root: Path) -> dict[str, list[Path]]:
     """The files that hold each split under a local dataset directory."""
@@ -195,6 +203,7 @@ def _sha256(path: Path) -> str:
 
 # -- converting --------------------------------------------------------------
 
+
 def ground_truth(answer: str) -> str:
     """The number after the last '####', normalized the way verl's scorer reads answers."""
     if "####" not in answer:
@@ -237,6 +246,7 @@ def convert(split: str, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
 
 # -- prompt length -----------------------------------------------------------
 
+
 def character_estimate(messages: list[dict[str, str]]) -> int:
     text = "".join(message["content"] for message in messages)
     return math.ceil(len(text) / CHARS_PER_TOKEN) + CHAT_TEMPLATE_TOKENS
@@ -257,8 +267,9 @@ def tokenizer_measure(model_dir: Path) -> Callable[[list[dict[str, str]]], int]:
     return measure
 
 
-def length_report(rows: dict[str, list[dict[str, Any]]], limit: int,
-                  measure: Callable[[list[dict[str, str]]], int], measure_name: str) -> dict[str, Any]:
+def length_report(
+    rows: dict[str, list[dict[str, Any]]], limit: int, measure: Callable[[list[dict[str, str]]], int], measure_name: str
+) -> dict[str, Any]:
     longest: dict[str, int] = {}
     overlong: list[dict[str, Any]] = []
     for split, split_rows in rows.items():
@@ -275,6 +286,7 @@ def length_report(rows: dict[str, list[dict[str, Any]]], limit: int,
 
 
 # -- validating and writing --------------------------------------------------
+
 
 def validate_output(path: Path, split: str, expected_rows: int) -> list[str]:
     """Problems with one written parquet file; [] when verl can train on it."""
@@ -303,7 +315,9 @@ def validate_output(path: Path, split: str, expected_rows: int) -> list[str]:
         except (TypeError, ValueError):
             problems.append(f"{where}: ground truth {truth!r} is not a number")
         if row["extra_info"]["split"] != split or row["extra_info"]["index"] != position:
-            problems.append(f"{where}: extra_info split/index {row['extra_info']['split']}/{row['extra_info']['index']}")
+            problems.append(
+                f"{where}: extra_info split/index {row['extra_info']['split']}/{row['extra_info']['index']}"
+            )
         if len(problems) > 20:
             problems.append("... (stopped after 20)")
             break
@@ -319,8 +333,9 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
     return temporary
 
 
-def write_outputs(out: Path, rows: dict[str, list[dict[str, Any]]],
-                  expected: dict[str, int]) -> tuple[dict[str, dict[str, Any]], bool]:
+def write_outputs(
+    out: Path, rows: dict[str, list[dict[str, Any]]], expected: dict[str, int]
+) -> tuple[dict[str, dict[str, Any]], bool]:
     """Write, validate, then move both files into place; nothing moves unless both pass.
 
     Returns the outputs and whether any file's content changed: a file that
@@ -371,12 +386,21 @@ def up_to_date(out: Path, fingerprint: str) -> Optional[dict[str, Any]]:
 
 
 def fingerprint_of(source: dict[str, Any], options: dict[str, Any]) -> str:
-    blob = json.dumps({"format": FORMAT_VERSION, "instruction": INSTRUCTION, "data_source": DATA_SOURCE,
-                       "source": source, "options": options}, sort_keys=True)
+    blob = json.dumps(
+        {
+            "format": FORMAT_VERSION,
+            "instruction": INSTRUCTION,
+            "data_source": DATA_SOURCE,
+            "source": source,
+            "options": options,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
 # -- command line ------------------------------------------------------------
+
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Convert (or find the outputs up to date); return the summary."""
@@ -385,9 +409,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.source:
         files = local_split_files(args.source)
-        source = {"kind": "local", "files": {
-            split: [{"name": str(path.relative_to(args.source)), "sha256": _sha256(path)} for path in paths]
-            for split, paths in files.items()}}
+        source = {
+            "kind": "local",
+            "files": {
+                split: [{"name": str(path.relative_to(args.source)), "sha256": _sha256(path)} for path in paths]
+                for split, paths in files.items()
+            },
+        }
         source_text = f"local:{args.source}"
     else:
         if args.hf_endpoint:
@@ -399,15 +427,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.tokenizer:
         # The tokenizer's files decide the lengths in the report.
         tokenizer_id = {p.name: _sha256(p) for p in sorted(args.tokenizer.glob("tokenizer*")) if p.is_file()}
-    options = {"max_prompt_length": args.max_prompt_length, "tokenizer": tokenizer_id,
-               "expect_rows": expected_rows}
+    options = {"max_prompt_length": args.max_prompt_length, "tokenizer": tokenizer_id, "expect_rows": expected_rows}
     fingerprint = fingerprint_of(source, options)
 
     state = None if args.force else up_to_date(out, fingerprint)
     if state is not None:
-        return {"changed": False, "source": source_text, "outputs": {s: state["outputs"][s]["path"] for s in SPLITS},
-                "rows": state["rows"], "prompt_length": state["prompt_length"], "fingerprint": fingerprint,
-                "msg": "outputs are up to date"}
+        return {
+            "changed": False,
+            "source": source_text,
+            "outputs": {s: state["outputs"][s]["path"] for s in SPLITS},
+            "rows": state["rows"],
+            "prompt_length": state["prompt_length"],
+            "fingerprint": fingerprint,
+            "msg": "outputs are up to date",
+        }
 
     if args.source:
         pairs = {split: read_rows(paths, split) for split, paths in files.items()}
@@ -415,7 +448,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pairs = load_hub(args.hub_name, args.hub_config, args.revision)
     for split in SPLITS:
         if expected_rows[split] is not None and len(pairs[split]) != expected_rows[split]:
-            raise ConversionError(f"the source's {split} split has {len(pairs[split])} rows, expected {expected_rows[split]}")
+            raise ConversionError(
+                f"the source's {split} split has {len(pairs[split])} rows, expected {expected_rows[split]}"
+            )
     rows = {split: convert(split, pairs[split]) for split in SPLITS}
 
     if args.tokenizer:
@@ -427,14 +462,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     written, changed = write_outputs(out, rows, {split: len(pairs[split]) for split in SPLITS})
     counts = {split: written[split]["rows"] for split in SPLITS}
-    state = {"fingerprint": fingerprint, "source": source, "options": options, "outputs": written,
-             "rows": counts, "prompt_length": report}
+    state = {
+        "fingerprint": fingerprint,
+        "source": source,
+        "options": options,
+        "outputs": written,
+        "rows": counts,
+        "prompt_length": report,
+    }
     temporary = _atomic_write(out / STATE_FILE, lambda p: p.write_text(json.dumps(state, indent=2) + "\n"))
     temporary.chmod(0o644)
     os.replace(temporary, out / STATE_FILE)
-    return {"changed": changed, "source": source_text, "outputs": {s: written[s]["path"] for s in SPLITS},
-            "rows": counts, "prompt_length": report, "fingerprint": fingerprint,
-            "msg": "converted" if changed else "converted; the outputs came out as they were"}
+    return {
+        "changed": changed,
+        "source": source_text,
+        "outputs": {s: written[s]["path"] for s in SPLITS},
+        "rows": counts,
+        "prompt_length": report,
+        "fingerprint": fingerprint,
+        "msg": "converted" if changed else "converted; the outputs came out as they were",
+    }
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -449,8 +496,12 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="directory for train.parquet and test.parquet")
     parser.add_argument("--tokenizer", type=Path, help="model directory whose tokenizer counts prompt tokens")
     parser.add_argument("--max-prompt-length", type=int, default=512, help="prompt budget in tokens to report against")
-    parser.add_argument("--expect-train-rows", type=int, help="fail unless the train split has this many rows (GSM8K: 7473)")
-    parser.add_argument("--expect-test-rows", type=int, help="fail unless the test split has this many rows (GSM8K: 1319)")
+    parser.add_argument(
+        "--expect-train-rows", type=int, help="fail unless the train split has this many rows (GSM8K: 7473)"
+    )
+    parser.add_argument(
+        "--expect-test-rows", type=int, help="fail unless the test split has this many rows (GSM8K: 1319)"
+    )
     parser.add_argument("--fail-on-overlong", action="store_true", help="exit 1 when a prompt is over the budget")
     parser.add_argument("--force", action="store_true", help="convert even when the outputs are up to date")
     return parser.parse_args(argv)
@@ -467,13 +518,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(json.dumps({"changed": False, "failed": True, "msg": str(error)}))
         return 1
     lengths = summary["prompt_length"]
-    print(f"gsm8k_to_verl.py: {summary['msg']}: {summary['rows']} rows in {args.out}; "
-          f"longest prompt {lengths['max']} {lengths['measure']}", file=sys.stderr)
+    print(
+        f"gsm8k_to_verl.py: {summary['msg']}: {summary['rows']} rows in {args.out}; "
+        f"longest prompt {lengths['max']} {lengths['measure']}",
+        file=sys.stderr,
+    )
     status = 0
     if lengths["overlong"]:
-        print(f"gsm8k_to_verl.py: {lengths['overlong']} prompts are longer than {lengths['limit']} "
-              f"({lengths['measure']}), e.g. {lengths['overlong_rows'][:3]}. verl stops at such a prompt "
-              "unless data.filter_overlong_prompts=True or data.max_prompt_length is raised.", file=sys.stderr)
+        print(
+            f"gsm8k_to_verl.py: {lengths['overlong']} prompts are longer than {lengths['limit']} "
+            f"({lengths['measure']}), e.g. {lengths['overlong_rows'][:3]}. verl stops at such a prompt "
+            "unless data.filter_overlong_prompts=True or data.max_prompt_length is raised.",
+            file=sys.stderr,
+        )
         status = 1 if args.fail_on_overlong else 0
     print(json.dumps(summary))
     return status

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Compose Hydra overrides with a verl checkout's own config; name every override verl refuses.
 
-    python tools/validate_overrides.py --verl /opt/verl --script /var/lib/verl-p40/train/train.sh
-    python tools/validate_overrides.py --verl /opt/verl --overrides-file list.txt
-    python tools/validate_overrides.py --verl /opt/verl -- trainer.total_epochs=2 ...
+    python roles/train/files/validate_overrides.py --verl /opt/verl --script /var/lib/verl-p40/train/train.sh
+    python roles/train/files/validate_overrides.py --verl /opt/verl --overrides-file list.txt
+    python roles/train/files/validate_overrides.py --verl /opt/verl -- trainer.total_epochs=2 ...
 
 --verl is a checkout root (holding verl/trainer/config), the verl package
 directory, or the config directory itself. --script takes a rendered
@@ -87,7 +87,10 @@ def overrides_from_script(script: Path, extra: list[str] | None = None) -> list[
     """The override list a rendered train.sh passes to verl, as bash expands it."""
     done = subprocess.run(
         ["bash", str(script), "--print-overrides", *(extra or [])],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     if done.returncode != 0:
         raise RuntimeError(f"{script} --print-overrides failed ({done.returncode}): {done.stderr.strip()}")
@@ -179,8 +182,9 @@ def check(verl_path: Path, overrides: list[str]) -> Result:
                 if culprit is None:
                     result.refused.extend(_refused_one_by_one(remaining))
                     return result
-                result.refused.append(Refusal(remaining[culprit], override_key(remaining[culprit]),
-                                              _reason(remaining[culprit], error)))
+                result.refused.append(
+                    Refusal(remaining[culprit], override_key(remaining[culprit]), _reason(remaining[culprit], error))
+                )
                 del remaining[culprit]
         if result.refused:
             return result
@@ -219,13 +223,19 @@ def batch_problems(cfg: Any) -> tuple[list[str], list[str]]:
     use_critic = cfg.algorithm.adv_estimator == "gae"
 
     if (data.train_batch_size * n) % n_gpus:
-        problems.append(f"data.train_batch_size x rollout.n = {data.train_batch_size * n} is not divisible by the {n_gpus} GPUs")
+        problems.append(
+            f"data.train_batch_size x rollout.n = {data.train_batch_size * n} is not divisible by the {n_gpus} GPUs"
+        )
     if n_gpus % rollout.tensor_model_parallel_size:
-        problems.append(f"{n_gpus} GPUs are not divisible by rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size}")
+        problems.append(
+            f"{n_gpus} GPUs are not divisible by rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size}"
+        )
 
-    sections = [("actor_rollout_ref.actor", actor, "ppo_micro_batch_size", actor.use_dynamic_bsz),
-                ("actor_rollout_ref.rollout", rollout, "log_prob_micro_batch_size", rollout.log_prob_use_dynamic_bsz),
-                ("actor_rollout_ref.ref", ref, "log_prob_micro_batch_size", ref.log_prob_use_dynamic_bsz)]
+    sections = [
+        ("actor_rollout_ref.actor", actor, "ppo_micro_batch_size", actor.use_dynamic_bsz),
+        ("actor_rollout_ref.rollout", rollout, "log_prob_micro_batch_size", rollout.log_prob_use_dynamic_bsz),
+        ("actor_rollout_ref.ref", ref, "log_prob_micro_batch_size", ref.log_prob_use_dynamic_bsz),
+    ]
     if use_critic:
         sections.append(("critic", critic, "ppo_micro_batch_size", critic.use_dynamic_bsz))
     for name, section, param, dynamic in sections:
@@ -237,43 +247,59 @@ def batch_problems(cfg: Any) -> tuple[list[str], list[str]]:
         elif global_value is not None and per_gpu is not None:
             problems.append(f"set only {name}.{param}_per_gpu, not also {name}.{param}")
 
-    for name, section, sp in (("actor_rollout_ref.actor", actor, actor.ulysses_sequence_parallel_size),
-                              ("critic", critic, critic.ulysses_sequence_parallel_size)):
+    for name, section, sp in (
+        ("actor_rollout_ref.actor", actor, actor.ulysses_sequence_parallel_size),
+        ("critic", critic, critic.ulysses_sequence_parallel_size),
+    ):
         if name == "critic" and not use_critic:
             continue
         if section.use_dynamic_bsz:
             continue
         if data.train_batch_size < section.ppo_mini_batch_size:
-            problems.append(f"data.train_batch_size={data.train_batch_size} is smaller than {name}.ppo_mini_batch_size={section.ppo_mini_batch_size}")
+            problems.append(
+                f"data.train_batch_size={data.train_batch_size} is smaller than {name}.ppo_mini_batch_size={section.ppo_mini_batch_size}"
+            )
         dp = max(n_gpus // sp, 1)
         mini = section.ppo_mini_batch_size * n // dp
         micro = _per_gpu(section.ppo_micro_batch_size, section.ppo_micro_batch_size_per_gpu, dp)
         if mini <= 0:
             problems.append(f"{name}.ppo_mini_batch_size x rollout.n / {dp} GPUs is 0")
         elif micro and mini % micro:
-            problems.append(f"{name}: the per-GPU mini batch ({section.ppo_mini_batch_size} x {n} / {dp} = {mini}) is not a multiple of its micro batch ({micro})")
+            problems.append(
+                f"{name}: the per-GPU mini batch ({section.ppo_mini_batch_size} x {n} / {dp} = {mini}) is not a multiple of its micro batch ({micro})"
+            )
 
     if rollout.name == "hf":
         if actor.fsdp_config.param_offload:
-            problems.append("the hf rollout generates with the actor's weights and never reloads offloaded ones: "
-                            "set actor_rollout_ref.actor.fsdp_config.param_offload=False")
+            problems.append(
+                "the hf rollout generates with the actor's weights and never reloads offloaded ones: "
+                "set actor_rollout_ref.actor.fsdp_config.param_offload=False"
+            )
         mbs = rollout.get("micro_batch_size")
         if mbs is None:
-            warnings.append("the hf rollout generates the whole batch at once without +actor_rollout_ref.rollout.micro_batch_size")
+            warnings.append(
+                "the hf rollout generates the whole batch at once without +actor_rollout_ref.rollout.micro_batch_size"
+            )
         else:
             # hf_rollout.py: num_chunks = B // mbs, then DataProto.chunk asserts B % num_chunks == 0.
             per_gpu = data.train_batch_size // n_gpus
             chunks = max(per_gpu // mbs, 1)
             if per_gpu % chunks:
-                problems.append(f"the hf rollout cannot split {per_gpu} prompts per GPU into {chunks} equal chunks "
-                                f"(micro_batch_size={mbs}); make data.train_batch_size / GPUs a multiple of it")
+                problems.append(
+                    f"the hf rollout cannot split {per_gpu} prompts per GPU into {chunks} equal chunks "
+                    f"(micro_batch_size={mbs}); make data.train_batch_size / GPUs a multiple of it"
+                )
             if data.val_batch_size is None:
-                problems.append("with the hf rollout, data.val_batch_size=null sends the whole validation set as one batch, "
-                                "which it can split only if its size divides evenly (GSM8K test: 1319 rows, a prime); "
-                                f"set data.val_batch_size={mbs * n_gpus}")
+                problems.append(
+                    "with the hf rollout, data.val_batch_size=null sends the whole validation set as one batch, "
+                    "which it can split only if its size divides evenly (GSM8K test: 1319 rows, a prime); "
+                    f"set data.val_batch_size={mbs * n_gpus}"
+                )
             elif -(-data.val_batch_size // n_gpus) > mbs:
-                warnings.append(f"validation batches of {data.val_batch_size} may not split into equal hf rollout chunks of {mbs}; "
-                                f"data.val_batch_size={mbs * n_gpus} always does")
+                warnings.append(
+                    f"validation batches of {data.val_batch_size} may not split into equal hf rollout chunks of {mbs}; "
+                    f"data.val_batch_size={mbs * n_gpus} always does"
+                )
     return problems, warnings
 
 

@@ -1,0 +1,289 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: the one check of every tree a layer may delete, and the only way it deletes one."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: stack_tree
+short_description: Validate, mark and delete the directory trees the layers of the stack own
+description:
+  - A layer deletes its install tree (a CUDA prefix, a cuDNN prefix, Miniforge) before it builds
+    it again. This module is the one place that decides whether a path may be deleted at all and
+    whether this project made the tree that is there.
+  - A path is refused, whatever its spelling, when after C(realpath) it is C(/), a system
+    directory (C(/usr), C(/usr/lib), C(/etc), C(/var/lib), ...), fewer than two levels deep, or a
+    user's home directory or one of its ancestors.
+  - A tree counts as this project's when it holds the marker file C(.verl-p40-tree) naming the
+    layer, or when the layer's state record in O(state_dir) names the path among its details
+    (hosts converged before markers existed) under O(record_key), unless the record says the
+    layer C(adopted) a tree it found there. Anything else at the path is foreign, and O(state=absent)
+    stops with a message and leaves it as it is.
+options:
+  path:
+    description: The tree. Must be absolute.
+    type: path
+    required: true
+  layer:
+    description: The layer that owns the tree (its marker names it).
+    type: str
+    required: true
+  var:
+    description: The variable the path came from, named in every message.
+    type: str
+    default: path
+  state:
+    description:
+      - V(check) validates the path (and that a tree there is this project's, when
+        O(require_ours=true)); changes nothing.
+      - V(absent) deletes the tree when it is this project's; nothing there is fine.
+      - V(present) claims the path for the layer before it builds there. It creates the directory
+        when it is missing (root's, mode 0755) and writes the marker into it. A non-empty
+        directory is claimed only when it lies directly inside a tree of the layer's.
+    type: str
+    choices: [check, absent, present]
+    default: check
+  require_ours:
+    description: With O(state=check), also fail when a foreign tree is at the path.
+    type: bool
+    default: false
+  state_dir:
+    description: Directory of the layers' state records (C(<layer>.json)).
+    type: path
+    required: true
+  record_key:
+    description: The key of the layer record's C(details) that holds this tree's path.
+    type: str
+    default: prefix
+extends_documentation_fragment:
+  - action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Deletes, creates and writes nothing; validates and refuses exactly as a normal run and reports the same C(changed).
+  diff_mode:
+    support: full
+    details:
+      - O(state=absent) shows the tree going from V(directory) (or V(file), V(link)) to V(absent).
+      - O(state=present) shows the directory's state and the marker's content before and after.
+  platform:
+    platforms: posix
+author:
+  - verl-p40 maintainers
+"""
+
+EXAMPLES = r"""
+- name: Remove the previous toolkit (only if this project installed it)
+  stack_tree:
+    path: "{{ cuda_prefix }}"
+    layer: cuda
+    var: cuda_prefix
+    state: absent
+    state_dir: "{{ stack_state_dir }}"
+
+- name: Claim the prefix before the toolkit is installed into it
+  stack_tree:
+    path: "{{ cuda_prefix }}"
+    layer: cuda
+    var: cuda_prefix
+    state: present
+    state_dir: "{{ stack_state_dir }}"
+"""
+
+RETURN = r"""
+path:
+  description:
+    - The path after C(realpath).
+    - As for any module whose result names an existing file, Ansible adds that file's owner, group, mode,
+      uid, gid, size and type to the result, under the keys owner, group, mode, uid, gid, size and state;
+      that state key holds the file's type (V(file), V(directory)), not O(state).
+  type: str
+  returned: always
+  sample: /usr/local/cuda-11.8
+exists:
+  description: Whether something was at the path before the module ran.
+  type: bool
+  returned: always
+  sample: true
+ours:
+  description:
+    - Whether the tree there is this project's (marker or state record); V(false) when nothing is there.
+    - V(true) after O(state=present) claimed the path.
+  type: bool
+  returned: always
+  sample: true
+"""
+
+import json
+import os
+import pwd
+import shutil
+from typing import Iterable, Optional
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.stack_files import atomic_write
+
+MARKER = ".verl-p40-tree"
+
+# Directories no layer may ever delete, whatever is configured. Their children are checked
+# separately (depth, homes); these are the ones a mistyped variable tends to name.
+SYSTEM_DIRS = frozenset(
+    [
+        "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+        "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
+        "/usr/bin", "/usr/include", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/local",
+        "/usr/sbin", "/usr/share", "/usr/src", "/usr/local/bin", "/usr/local/include", "/usr/local/lib",
+        "/usr/local/sbin", "/usr/local/share", "/usr/local/src", "/var/cache", "/var/lib", "/var/log",
+        "/var/opt", "/var/spool", "/var/tmp", "/var/mail", "/var/backups", "/etc/profile.d",
+    ]
+)  # fmt: skip
+
+
+def home_dirs() -> list[str]:
+    return sorted({os.path.realpath(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir.startswith("/")})
+
+
+def problem(path: str, var: str, homes: Iterable[str]) -> Optional[str]:
+    """Why the tree at `path` may never be deleted, or None. `path` is already realpath'd."""
+    if path in SYSTEM_DIRS or path == "/":
+        return "%s resolves to %s, a system directory" % (var, path)
+    parts = [p for p in path.split("/") if p]
+    if len(parts) < 2:
+        return "%s resolves to %s, less than two levels deep" % (var, path)
+    for home in homes:
+        if home in ("/", ""):
+            continue
+        if path == home or home.startswith(path.rstrip("/") + "/"):
+            return "%s resolves to %s, a home directory or one that holds one (%s)" % (var, path, home)
+    return None
+
+
+def recorded_path(state_dir: str, layer: str, key: str) -> Optional[str]:
+    """The path the layer's state record holds under details.<key>."""
+    try:
+        with open(os.path.join(state_dir, layer + ".json"), encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    details = record.get("details") or {}
+    if details.get("adopted") is True:  # found there and kept, not made: never deleted
+        return None
+    value = details.get(key)
+    return os.path.realpath(value) if isinstance(value, str) and value.startswith("/") else None
+
+
+def is_ours(path: str, layer: str, state_dir: str, key: str = "prefix") -> bool:
+    marker = os.path.join(path, MARKER)
+    if os.path.isfile(marker) and not os.path.islink(marker):
+        try:
+            with open(marker, encoding="utf-8") as handle:
+                if json.load(handle).get("layer") == layer:
+                    return True
+        except (OSError, ValueError):
+            pass
+    return path == recorded_path(state_dir, layer, key)
+
+
+def marker_text(layer: str) -> str:
+    return json.dumps({"layer": layer, "made_by": "verl-p40"}) + "\n"
+
+
+def read_marker(path: str) -> Optional[str]:
+    """The marker's content in the tree at `path`, or None when it has none (or it cannot be read)."""
+    try:
+        with open(os.path.join(path, MARKER), encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_marker(path: str, layer: str) -> bool:
+    text = marker_text(layer)
+    if read_marker(path) == text:
+        return False
+    return atomic_write(os.path.join(path, MARKER), text, 0o644)
+
+
+def kind(path: str) -> str:
+    """What is at `path`, in the words of ansible.builtin.file's diff."""
+    if os.path.islink(path):
+        return "link"
+    if os.path.isdir(path):
+        return "directory"
+    return "file" if os.path.lexists(path) else "absent"
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            layer=dict(type="str", required=True),
+            var=dict(type="str", default="path"),
+            state=dict(type="str", choices=["check", "absent", "present"], default="check"),
+            require_ours=dict(type="bool", default=False),
+            state_dir=dict(type="path", required=True),
+            # A key of a JSON record, not a secret (validate-modules asks because of "key").
+            record_key=dict(type="str", default="prefix", no_log=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not p["path"].startswith("/"):
+        module.fail_json(msg="%s '%s' must be an absolute path." % (p["var"], p["path"]))
+    path = os.path.realpath(p["path"])
+    why = problem(path, p["var"], home_dirs())
+    if why:
+        module.fail_json(
+            msg="%s: the %s layer deletes and recreates this tree on a rebuild, so it must be a directory "
+            "of its own, such as /usr/local/cuda-11.8 or /opt/miniforge3. Set %s to such a path."
+            % (why, p["layer"], p["var"]),
+            path=path,
+        )
+    exists = os.path.lexists(path)
+    ours = exists and is_ours(path, p["layer"], p["state_dir"], p["record_key"])
+    result = dict(changed=False, path=path, exists=exists, ours=ours)
+    foreign = (
+        "%s (%s = %s) holds something this project did not make (no %s marker of the %s layer, no state "
+        "record naming it). It is left as it is. Move it away or set %s to another path, then rerun."
+        % (path, p["var"], p["path"], MARKER, p["layer"], p["var"])
+    )
+    if p["state"] == "check":
+        if exists and not ours and p["require_ours"]:
+            module.fail_json(msg=foreign, **result)
+    elif p["state"] == "absent":
+        if exists:
+            if not ours:
+                module.fail_json(msg=foreign, **result)
+            result["changed"] = True
+            if module._diff:
+                result["diff"] = dict(before=dict(path=path, state=kind(path)), after=dict(path=path, state="absent"))
+            if not module.check_mode:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+    else:
+        if exists and not os.path.isdir(path):
+            module.fail_json(msg="%s is there but is not a directory. %s" % (path, foreign), **result)
+        # A tree inside one this project made (unpacked into its staging area) is this project's.
+        inside_ours = is_ours(os.path.dirname(path), p["layer"], p["state_dir"], p["record_key"])
+        if exists and not ours and not inside_ours and os.listdir(path):
+            module.fail_json(msg=foreign, **result)
+        before = dict(path=path, state=kind(path), marker=read_marker(path) or "")
+        after = dict(path=path, state="directory", marker=marker_text(p["layer"]))
+        if module.check_mode:
+            # The same comparison write_marker makes, so check mode predicts the real run exactly.
+            result["changed"] = before != after
+        else:
+            if not exists:
+                os.makedirs(path, 0o755)
+            result["changed"] = write_marker(path, p["layer"])
+        if module._diff:
+            result["diff"] = dict(before=before, after=after)
+        result["ours"] = True
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

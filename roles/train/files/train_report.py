@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Report on a verl training log: progress, seconds per step and phase, reward, share of the card's peak.
+
+    train.sh --report [LOG]          # on a host: the newest log, with the card's peak filled in
+    python3 roles/train/files/train_report.py LOG [--model-config config.json] [--card NAME --peak-tflops 11.76]
+                                                 [--gpus 1] [--ppo-epochs 1] [--plot LOG.png]
+
+It reads what verl's console logger prints, one line per step
+(`step:N - key:value - ...`), so it works on a finished log and on one that
+is still being written. It prints:
+
+- steps done (of the total verl announced), whether the run ended and how;
+- seconds per step, plain steps apart from those with validation or a
+  checkpoint, and the mean seconds of each phase (generation, log-probs,
+  values, updates, validation, checkpoint) with its share of a plain step;
+- the training reward (critic/score/mean) and the mean response length per
+  step, and the validation scores where there are some;
+- with the model's config.json: model FLOP/s per phase and per step, and,
+  with the card's peak (--peak-tflops), how close that is to the card's
+  limit. verl 0.4.1 reports perf/mfu/* as 0 for any card its table lacks,
+  a P40 among them; the peaks per card are in group_vars/all/gpu_profiles.yml
+  (stack_gpu_cards), and train.sh passes the host's.
+
+Model FLOPs are counted as verl's flops_counter counts them for Qwen2/Llama:
+2 x (dense parameters, embedding and LM head included) per token plus
+4 x seq^2 x head_dim x heads per layer for attention, forward only; an
+update is three forwards' worth (forward and backward), times ppo_epochs.
+Tokens are the step's valid tokens (perf/total_num_tokens); per-sequence
+lengths are taken as the mean prompt plus mean response length. The padding
+that runs without remove-padding also compute is not counted, so this is
+the useful share of the card.
+
+With --plot and matplotlib importable, it also writes a PNG of the reward
+and the step time over steps. Exit status 0, or 1 when the log holds no step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
+TOTAL_STEPS = re.compile(r"Total training steps: (\d+)")
+EXIT_LINE = re.compile(r"train\.sh:? exit status (\d+)")
+
+# verl 0.4.1's timing_s keys, in the order a step runs them; (key, label, model
+# forwards' worth of FLOPs it computes per token: 1 forward, 3 with backward).
+PHASES = (
+    ("timing_s/gen", "generate (rollout)", 1),
+    ("timing_s/reward", "reward", 0),
+    ("timing_s/old_log_prob", "actor old log-prob", 1),
+    ("timing_s/ref", "ref log-prob", 1),
+    ("timing_s/values", "critic values", 1),
+    ("timing_s/adv", "advantages", 0),
+    ("timing_s/update_critic", "critic update", 3),
+    ("timing_s/update_actor", "actor update", 3),
+    ("timing_s/testing", "validation", 0),
+    ("timing_s/save_checkpoint", "checkpoint", 0),
+)
+UPDATES = ("timing_s/update_critic", "timing_s/update_actor")
+OCCASIONAL = ("timing_s/testing", "timing_s/save_checkpoint")
+
+
+def step_metrics(text: str) -> dict[int, dict[str, float]]:
+    """step number -> {metric: value} for every `step:N - ...` line (the last one wins)."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in text.splitlines():
+        match = STEP_LINE.search(line)
+        if not match:
+            continue
+        metrics = {}
+        for item in match.group(2).split(" - "):
+            key, sep, value = item.rpartition(":")
+            if sep:
+                try:
+                    metrics[key.strip()] = float(value)
+                except ValueError:
+                    pass
+        steps[int(match.group(1))] = metrics
+    return steps
+
+
+def run_state(text: str) -> tuple[int | None, int | None]:
+    """(total steps verl announced, train.sh's exit status), each None when not (yet) in the log."""
+    total = TOTAL_STEPS.findall(text)
+    ended = EXIT_LINE.findall(text)
+    return (int(total[-1]) if total else None, int(ended[-1]) if ended else None)
+
+
+def dense_parameters(config: dict[str, Any]) -> int:
+    """Parameters that matmuls touch per token, as verl's Qwen2/Llama counter has them."""
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    mlp = hidden * config["intermediate_size"] * 3
+    attention = hidden * (heads * head_dim + 2 * kv_heads * head_dim + heads * head_dim)
+    return (mlp + attention) * config["num_hidden_layers"] + config["vocab_size"] * hidden * 2
+
+
+def forward_flops(config: dict[str, Any], tokens: float, seqlen: float) -> float:
+    """FLOPs of one forward over ``tokens`` valid tokens in sequences of ``seqlen``."""
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    sequences = tokens / seqlen if seqlen else 0.0
+    attention = 4 * sequences * seqlen * seqlen * head_dim * heads * config["num_hidden_layers"]
+    return 2 * dense_parameters(config) * tokens + attention
+
+
+def phase_tflops(metrics: dict[str, float], config: dict[str, Any], ppo_epochs: int = 1) -> dict[str, float]:
+    """Model TFLOP/s of each timed phase of one step, and of the whole step ('timing_s/step')."""
+    tokens = metrics.get("perf/total_num_tokens")
+    if not tokens:
+        return {}
+    seqlen = metrics.get("prompt_length/mean", 0.0) + metrics.get("response_length/mean", 0.0)
+    forward = forward_flops(config, tokens, seqlen)
+    rates, total = {}, 0.0
+    for key, _, forwards in PHASES:
+        seconds = metrics.get(key)
+        if not forwards or not seconds:
+            continue
+        flops = forward * forwards * (ppo_epochs if key in UPDATES else 1)
+        total += flops
+        rates[key] = flops / seconds / 1e12
+    if metrics.get("timing_s/step"):
+        rates["timing_s/step"] = total / metrics["timing_s/step"] / 1e12
+    return rates
+
+
+def is_plain(metrics: dict[str, float]) -> bool:
+    return not any(key in metrics for key in OCCASIONAL)
+
+
+def report(
+    text: str,
+    config: dict[str, Any] | None = None,
+    card: str = "",
+    peak_tflops: float = 0.0,
+    gpus: int = 1,
+    ppo_epochs: int = 1,
+    precision: str = "float32",
+) -> tuple[list[str], dict[int, dict[str, float]]]:
+    """The report's lines, and the steps they came from."""
+    steps = step_metrics(text)
+    total, status = run_state(text)
+    lines = []
+    done = sorted(steps)
+    progress = f"{len(done)} step{'s' if len(done) != 1 else ''} logged"
+    if done:
+        progress += f" (last: step {done[-1]}" + (f" of {total})" if total else ")")
+    if status is None:
+        progress += "; still running, or stopped without train.sh's exit line"
+    else:
+        progress += f"; ended with exit status {status}"
+    lines.append(progress)
+    if not steps:
+        return lines, steps
+
+    plain = {n: m for n, m in steps.items() if is_plain(m) and "timing_s/step" in m}
+    occasional = {n: m for n, m in steps.items() if not is_plain(m) and "timing_s/step" in m}
+    lines.append("")
+    lines.append("seconds per step")
+    if plain:
+        values = [m["timing_s/step"] for m in plain.values()]
+        lines.append(
+            f"  plain steps ({len(values)}): mean {statistics.mean(values):.1f}, "
+            f"median {statistics.median(values):.1f}, min {min(values):.1f}, max {max(values):.1f}"
+        )
+    if occasional:
+        shown = ", ".join(f"step {n} {m['timing_s/step']:.1f}" for n, m in sorted(occasional.items()))
+        lines.append(f"  with validation or checkpoint: {shown}")
+    if plain and total and status is None and done[-1] < total:
+        left = (total - done[-1]) * statistics.mean(m["timing_s/step"] for m in plain.values())
+        when = f"{left / 3600:.1f} h" if left >= 3600 else f"{left / 60:.0f} min"
+        lines.append(f"  about {when} left at the plain-step pace (validation and checkpoints extra)")
+
+    lines.append("")
+    basis = plain or steps
+    step_mean = statistics.mean(m.get("timing_s/step", 0.0) for m in basis.values())
+    lines.append(f"seconds per phase (mean over {'plain ' if plain else ''}steps; share of a step)")
+    for key, label, _ in PHASES:
+        source = steps if key in OCCASIONAL else basis
+        values = [m[key] for m in source.values() if key in m]
+        if not values:
+            continue
+        mean = statistics.mean(values)
+        share = f"{mean / step_mean:5.1%}" if step_mean and key not in OCCASIONAL else "     "
+        lines.append(f"  {label:22} {mean:8.2f}  {share}")
+
+    lines.append("")
+    lines.append("per step: reward (critic/score/mean), response length (mean), seconds")
+    for number, metrics in sorted(steps.items()):
+        score = metrics.get("critic/score/mean")
+        length = metrics.get("response_length/mean")
+        seconds = metrics.get("timing_s/step")
+        parts = [
+            f"reward {score:7.3f}" if score is not None else "reward       -",
+            f"length {length:6.1f}" if length is not None else "length      -",
+            f"{seconds:7.1f} s" if seconds is not None else "      - s",
+        ]
+        vals = [f"{k[len('val-core/') :]} {v:.3f}" for k, v in sorted(metrics.items()) if k.startswith("val-core/")]
+        if vals:
+            parts.append("validation: " + ", ".join(vals))
+        lines.append(f"  step {number:>4}: " + "  ".join(parts))
+
+    if config:
+        lines.append("")
+        lines.extend(_flops_lines(steps, basis, config, card, peak_tflops, gpus, ppo_epochs, precision))
+    return lines, steps
+
+
+def _flops_lines(
+    steps: dict[int, dict[str, float]],
+    basis: dict[int, dict[str, float]],
+    config: dict[str, Any],
+    card: str,
+    peak_tflops: float,
+    gpus: int,
+    ppo_epochs: int,
+    precision: str,
+) -> list[str]:
+    rates: dict[str, list[float]] = {}
+    for metrics in basis.values():
+        for key, value in phase_tflops(metrics, config, ppo_epochs).items():
+            rates.setdefault(key, []).append(value)
+    if not rates:
+        return ["model FLOP/s: the log has no perf/total_num_tokens"]
+    peak = peak_tflops * gpus
+    where = f"{gpus} x {card}" if card else f"{gpus} GPU(s)"
+    if peak:
+        head = f"model FLOP/s and share of the peak ({where}, {precision}: {peak:g} TFLOP/s)"
+    else:
+        head = f"model FLOP/s ({where}: peak unknown, so no share; train.sh passes it for cards in stack_gpu_cards)"
+    lines = [head]
+    labels = {key: label for key, label, _ in PHASES} | {"timing_s/step": "whole step"}
+    for key in [*(k for k, _, _ in PHASES), "timing_s/step"]:
+        if key not in rates:
+            continue
+        value = statistics.mean(rates[key])
+        share = f"  {value / peak:6.1%} of peak" if peak else ""
+        lines.append(f"  {labels[key]:22} {value:8.2f} TFLOP/s{share}")
+    verl_mfu = [m["perf/mfu/actor"] for m in steps.values() if m.get("perf/mfu/actor")]
+    if not verl_mfu:
+        lines.append("  (verl's own perf/mfu/actor is 0 here: its table does not know this card)")
+    return lines
+
+
+def plot(steps: dict[int, dict[str, float]], path: Path, title: str) -> str:
+    """Write reward and step time over steps to ``path``; return what happened, in words."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed in this Python"
+    numbers = sorted(steps)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for key, label in (("critic/score/mean", "training reward"), ("val-core/openai/gsm8k/reward/mean@1", "validation")):
+        points = [(n, steps[n][key]) for n in numbers if key in steps[n]]
+        if points:
+            top.plot(*zip(*points), marker="o", label=label)
+    top.set_ylabel("reward (mean)")
+    top.legend(loc="best")
+    points = [(n, steps[n]["timing_s/step"]) for n in numbers if "timing_s/step" in steps[n]]
+    if points:
+        bottom.plot(*zip(*points), marker="o", label="step")
+    points = [(n, steps[n]["timing_s/gen"]) for n in numbers if "timing_s/gen" in steps[n]]
+    if points:
+        bottom.plot(*zip(*points), marker=".", label="generate")
+    bottom.set_ylabel("seconds")
+    bottom.set_xlabel("step")
+    bottom.legend(loc="best")
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return f"plot: {path}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("log", type=Path, help="a train-*.log that train.sh wrote (or any verl console log)")
+    parser.add_argument("--model-config", type=Path, help="the model's config.json (for FLOP/s)")
+    parser.add_argument("--card", default="", help="the GPU's name, for the report")
+    parser.add_argument("--peak-tflops", type=float, default=0.0, help="the card's peak TFLOP/s at the run's precision")
+    parser.add_argument("--precision", default="float32", help="the run's compute precision, for the report")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs the run trained on (all nodes)")
+    parser.add_argument("--ppo-epochs", type=int, default=1, help="actor/critic ppo_epochs (verl's default 1)")
+    parser.add_argument("--plot", type=Path, help="write a PNG of reward and step time here (needs matplotlib)")
+    args = parser.parse_args(argv)
+
+    try:
+        text = args.log.read_text(errors="replace")
+    except OSError as error:
+        print(f"train_report.py: cannot read the log: {error}", file=sys.stderr)
+        return 1
+    config = None
+    if args.model_config:
+        try:
+            config = json.loads(args.model_config.read_text())
+        except (OSError, ValueError) as error:
+            print(f"train_report.py: no FLOP/s: cannot read {args.model_config}: {error}", file=sys.stderr)
+    lines, steps = report(text, config, args.card, args.peak_tflops, args.gpus, args.ppo_epochs, args.precision)
+    print(f"{args.log}")
+    print("\n".join(lines))
+    if not steps:
+        return 1
+    if args.plot:
+        print(plot(steps, args.plot, args.log.name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
