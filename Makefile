@@ -11,7 +11,7 @@ export PATH := $(BIN):$(PATH)
 export CONTAINERS_CONF := $(CACHE)/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: render setup lint unit images standins molecule integration test demo bench clean
+.PHONY: host-check render setup lint unit images standins molecule integration test demo bench apex-proof clean
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
@@ -20,14 +20,19 @@ $(VENV)/.installed: requirements.txt requirements-test.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-test.txt
 	touch $@
 
-lint: setup  ## yamllint + ansible-lint (production profile)
+lint: setup  ## yamllint + ansible-lint (production profile) + ruff (Python lint and format, ruff.toml)
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --offline --profile production
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 unit: setup  ## pytest for the Python pieces and templates
 	$(BIN)/python -m pytest -q tests/unit
 
-images: setup  ## local Debian 12/11 images for Molecule (debootstrap + podman import)
+host-check:  ## the host programs the tests call (the list .ci/run installs), before the long steps
+	$(PYTHON) tests/fixtures/host_tools.py check
+
+images: setup host-check  ## local Debian 12/11 images for Molecule (debootstrap + podman import)
 	$(BIN)/python tests/fixtures/images.py containers-conf $(CONTAINERS_CONF)
 	$(BIN)/python tests/fixtures/images.py build 12 11
 
@@ -50,6 +55,10 @@ demo: images standins  ## the whole stack in a throwaway container, with the sta
 
 bench: images standins  ## converge timings (cold, no-op, one-layer rebuild)
 	$(MIRROR) $(BIN)/python tools/bench.py
+
+APEX_JOBS ?= 2
+apex-proof: images standins  ## the real Apex build (CUDA extensions, sm_61) through the apex role; 30-60 min, not in make test
+	$(BIN)/python tests/apex_proof/run.py --jobs $(APEX_JOBS)
 
 PROFILE ?= pascal
 OUT ?= out/$(PROFILE)

@@ -47,9 +47,15 @@ class StackVars:
         manager = InventoryManager(self.loader, sources=[inventory])
         if manager.get_host(hostname) is not None:
             host_vars = VariableManager(loader=self.loader, inventory=manager).get_vars(
-                host=manager.get_host(hostname), include_hostvars=False)
-            data.update({k: v for k, v in host_vars.items() if not k.startswith("ansible_")
-                         and k not in ("inventory_hostname", "groups", "group_names", "omit")})
+                host=manager.get_host(hostname), include_hostvars=False
+            )
+            data.update(
+                {
+                    k: v
+                    for k, v in host_vars.items()
+                    if not k.startswith("ansible_") and k not in ("inventory_hostname", "groups", "group_names", "omit")
+                }
+            )
         for extra in filter(None, os.environ.get("STACK_VARS_FILES", "").split(",")):
             data.update(self._load(Path(extra.strip())))
         self.data = data
@@ -67,8 +73,7 @@ class StackVars:
         return self.templar.template(trust_as_template("{{ %s }}" % name))
 
     def artifact(self, key: str) -> dict[str, Any]:
-        return stack_artifact(self["stack_artifacts"], key, self["stack_artifact_overrides"],
-                              self["stack_mirror_url"])
+        return stack_artifact(self["stack_artifacts"], key, self["stack_artifact_overrides"], self["stack_mirror_url"])
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +81,10 @@ def stack(host) -> StackVars:
     variables = StackVars(host.backend.get_hostname())
     # The few facts the variables read (e.g. a version chosen per release).
     release = host.system_info.release or ""
-    variables.data["ansible_facts"] = {"distribution": (host.system_info.distribution or "").capitalize(),
-                                       "distribution_major_version": release.split(".")[0]}
+    variables.data["ansible_facts"] = {
+        "distribution": (host.system_info.distribution or "").capitalize(),
+        "distribution_major_version": release.split(".")[0],
+    }
     preflight = host.file(variables["stack_state_dir"] + "/preflight.json")
     if preflight.exists:
         variables.use_profile(json.loads(preflight.content_string)["inputs"]["profile"])

@@ -44,6 +44,12 @@ def test_login_shell_of_the_user_activates_the_env(host, stack):
     assert python == stack["stack_env_prefix"] + "/bin/python"
 
 
+def test_root_login_shells_do_not_source_the_users_conda(host, stack):
+    # conda.sh lives in a tree the training user writes: a root shell sourcing it runs that user's code.
+    out = host.check_output("bash -lc 'type conda 2>&1; echo ${CONDA_EXE:-none}'")
+    assert "not found" in out and out.splitlines()[-1] == "none"
+
+
 def test_layer_state(layer_state, stack):
     state = layer_state("conda")
     assert state["status"] == "complete"

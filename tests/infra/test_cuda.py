@@ -58,11 +58,15 @@ def test_host_compiler_is_accepted_and_default_gcc_unchanged(host, layer_state):
 
 def test_compiles_a_kernel_for_sm_61(host):
     # A cubin's ELF e_flags carry the SM version in the low byte (0x3d for sm_61).
-    check = ("import struct; d = open('k.cubin', 'rb').read(); "
-             "print(d[:4] == b'\\x7fELF', struct.unpack('<I', d[48:52])[0] & 0xff)")
-    result = login(host, "d=$(mktemp -d) && cd $d && cat > k.cu <<'EOF'\n%s\nEOF\n"
-                         "nvcc -cubin -arch=sm_61 -o k.cubin k.cu && python3 -c \"%s\"; rc=$?; rm -rf $d; exit $rc"
-                         % (KERNEL, check))
+    check = (
+        "import struct; d = open('k.cubin', 'rb').read(); "
+        "print(d[:4] == b'\\x7fELF', struct.unpack('<I', d[48:52])[0] & 0xff)"
+    )
+    result = login(
+        host,
+        "d=$(mktemp -d) && cd $d && cat > k.cu <<'EOF'\n%s\nEOF\n"
+        'nvcc -cubin -arch=sm_61 -o k.cubin k.cu && python3 -c "%s"; rc=$?; rm -rf $d; exit $rc' % (KERNEL, check),
+    )
     assert result.rc == 0, result.stderr
     assert result.stdout.split() == ["True", "61"]
 

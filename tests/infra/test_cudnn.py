@@ -11,8 +11,7 @@ def expected(stack):
 
 
 def header_version(text):
-    parts = [re.search(r"#define CUDNN_%s\s+(\d+)" % name, text).group(1)
-             for name in ("MAJOR", "MINOR", "PATCHLEVEL")]
+    parts = [re.search(r"#define CUDNN_%s\s+(\d+)" % name, text).group(1) for name in ("MAJOR", "MINOR", "PATCHLEVEL")]
     return ".".join(parts)
 
 

@@ -1,4 +1,8 @@
-"""The model layer: a complete model directory where the launcher looks for it."""
+"""The model layer: a complete model directory where the launcher looks for it.
+
+The completeness check is the fetch tool's own (every weight file as long as its header
+says), run on the host; tests/infra/test_train.py checks that train.sh names this directory.
+"""
 
 import json
 
@@ -12,5 +16,16 @@ def test_model_directory_is_complete(host, stack):
     assert config["model_type"] == "qwen2"
 
 
-def test_launcher_points_at_it(stack):
-    assert stack["train_model_path"] == stack["model_dir"]
+def test_weights_are_whole(host, stack):
+    result = host.run(
+        "%s/bin/python %s/tools/model_fetch.py check %s",
+        stack["stack_env_prefix"],
+        stack["stack_work_dir"],
+        stack["model_dir"],
+    )
+    assert result.rc == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {"changed": False, "complete": True, "missing": []}
+
+
+def test_layer_records_the_directory(layer_state, stack):
+    assert layer_state("model")["details"]["dir"] == stack["model_dir"]

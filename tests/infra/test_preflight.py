@@ -16,8 +16,9 @@ def test_preflight_chose_the_expected_profile(host, layer_state, stack):
         expected = stack["preflight_default_profile"]
     else:
         ccs = {gpu["compute_capability"] for gpu in gpus}
-        expected = next(name for name, profile in stack["stack_gpu_profiles"].items()
-                        if ccs <= set(profile["compute_capabilities"]))
+        expected = next(
+            name for name, profile in stack["stack_gpu_profiles"].items() if ccs <= set(profile["compute_capabilities"])
+        )
     assert state["inputs"]["profile"] == expected
     assert expected in stack["stack_gpu_profiles"]
 

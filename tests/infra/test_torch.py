@@ -7,8 +7,10 @@ import pytest
 
 @pytest.fixture(scope="module")
 def build(host, stack):
-    out = host.check_output(stack["stack_env_prefix"] + "/bin/python -c "
-                            "'import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))'")
+    out = host.check_output(
+        stack["stack_env_prefix"] + "/bin/python -c "
+        "'import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))'"
+    )
     return json.loads(out)
 
 
@@ -33,9 +35,11 @@ def test_gpu_matches_the_profile(host, stack, layer_state):
     gpus = layer_state("preflight")["inputs"]["gpus"]
     if not gpus:
         pytest.skip("no GPU on this host")
-    out = host.check_output(stack["stack_env_prefix"] + "/bin/python -c "
-                            "'import torch; a = torch.ones(64, 64, device=\"cuda\"); "
-                            "print(\"%d.%d\" % torch.cuda.get_device_capability(0), (a @ a)[0, 0].item())'")
+    out = host.check_output(
+        stack["stack_env_prefix"] + "/bin/python -c "
+        '\'import torch; a = torch.ones(64, 64, device="cuda"); '
+        'print("%d.%d" % torch.cuda.get_device_capability(0), (a @ a)[0, 0].item())\''
+    )
     cap, value = out.split()
     assert cap == gpus[0]["compute_capability"]
     assert float(value) == 64.0

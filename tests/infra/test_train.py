@@ -1,4 +1,17 @@
-"""The train layer: the launcher for the host's profile, valid against the installed verl."""
+"""The train layer: the launcher for the host's profile, valid against the installed verl.
+
+What these catch beyond the unit tests of the rendered files: train.sh --dry-run runs here
+as the training user, so train.env is sourced for real (the cuda layer's profile script,
+the conda env's activation) and verl's own Hydra config composes the overrides. A broken
+train.env, an env without verl, an override verl refuses, a profile setting that does not
+reach verl's config, or a model/data path that is not the directory the model/data layer
+wrote (e.g. a literal left behind when model_name changed) fails here.
+"""
+
+import json
+
+import pytest
+import yaml
 
 
 def test_launcher_files(host, stack):
@@ -6,7 +19,7 @@ def test_launcher_files(host, stack):
     assert script.exists and script.mode == 0o755
     assert script.user == stack["stack_user"]
     env = host.file(stack["train_work_dir"] + "/train.env")
-    assert env.mode == 0o644
+    assert env.mode == 0o600 and env.user == stack["stack_user"]
 
 
 def test_launcher_is_for_the_host_profile(host, stack, layer_state):
@@ -17,22 +30,149 @@ def test_launcher_is_for_the_host_profile(host, stack, layer_state):
         assert dead not in text
 
 
-def test_print_overrides_and_bash_syntax(host, stack):
+def test_print_overrides_and_bash_syntax(host, stack, layer_state):
     script = stack["train_work_dir"] + "/train.sh"
     assert host.run("bash -n " + script).rc == 0
     with host.sudo(stack["stack_user"]):
         overrides = host.check_output(script + " --print-overrides").splitlines()
     assert "trainer.resume_mode=%s" % stack["train_resume_mode"] in overrides
-    assert any(line.startswith("actor_rollout_ref.model.path=") for line in overrides)
+    # The directories the model and data layers recorded, not what the controller expects.
+    model_dir = layer_state("model")["details"]["dir"]
+    assert "actor_rollout_ref.model.path=%s" % model_dir in overrides
+    assert "critic.model.path=%s" % model_dir in overrides
+    assert "data.train_files=%s/train.parquet" % layer_state("data")["details"]["output"] in overrides
 
 
 def test_overrides_compose_with_installed_verl(host, stack):
     with host.sudo(stack["stack_user"]):
-        result = host.run("%s/bin/python %s/tools/validate_overrides.py --verl %s --script %s/train.sh"
-                          % (stack["stack_env_prefix"], stack["stack_work_dir"], stack["stack_verl_dir"],
-                             stack["train_work_dir"]))
+        result = host.run(
+            "%s/bin/python %s/tools/validate_overrides.py --verl %s --script %s/train.sh"
+            % (stack["stack_env_prefix"], stack["stack_work_dir"], stack["stack_verl_dir"], stack["train_work_dir"])
+        )
     assert result.rc == 0, result.stdout + result.stderr
+
+
+def test_train_env_activates_the_env_and_the_profile(host, stack):
+    """Sourcing train.env as the training user gives the env's python, CUDA and the profile's variables."""
+    probe = (
+        'set -eu; . %s/train.env; printf "%%s\\n" "$(command -v python3)" "${CUDA_HOME:-}" "${CONDA_PREFIX:-}"; '
+        "python3 -c 'import json, os; print(json.dumps(dict(os.environ)))'" % stack["train_work_dir"]
+    )
+    with host.sudo(stack["stack_user"]):
+        result = host.run("bash -c %s", probe)
+    assert result.rc == 0, result.stdout + result.stderr
+    python, cuda_home, conda_prefix, environ = result.stdout.splitlines()[-4:]
+    assert python == stack["stack_env_prefix"] + "/bin/python3"
+    assert conda_prefix == stack["stack_env_prefix"]
+    assert cuda_home and host.file(cuda_home + "/bin/nvcc").exists
+    environ = json.loads(environ)
+    for name, value in stack["train_profile"]["env"].items():
+        assert environ.get(name) == str(value), name
+
+
+@pytest.fixture(scope="module")
+def composed(host, stack):
+    """verl's config as train.sh --dry-run composes it on this host (Hydra's --cfg job --resolve)."""
+    with host.sudo(stack["stack_user"]):
+        result = host.run("%s/train.sh --dry-run", stack["train_work_dir"])
+    assert result.rc == 0, "train.sh --dry-run failed:\n%s\n%s" % (result.stdout[-3000:], result.stderr[-3000:])
+    config = yaml.safe_load(result.stdout)
+    assert isinstance(config, dict) and "actor_rollout_ref" in config, result.stdout[-3000:]
+    return config
+
+
+def test_dry_run_uses_the_layers_model_and_data(composed, layer_state, host):
+    model_dir = layer_state("model")["details"]["dir"]
+    data_dir = layer_state("data")["details"]["output"]
+    arr = composed["actor_rollout_ref"]
+    assert arr["model"]["path"] == model_dir
+    assert composed["critic"]["model"]["path"] == model_dir
+    assert composed["critic"]["model"]["tokenizer_path"] == model_dir
+    assert composed["data"]["train_files"] == data_dir + "/train.parquet"
+    assert composed["data"]["val_files"] == data_dir + "/test.parquet"
+    # ...and those are what the layers filled.
+    assert host.file(model_dir + "/config.json").exists
+    for name in ("train.parquet", "test.parquet"):
+        assert host.file("%s/%s" % (data_dir, name)).size > 0
+
+
+def test_dry_run_carries_the_profile(composed, stack):
+    profile = stack["train_profile"]
+    arr, critic = composed["actor_rollout_ref"], composed["critic"]
+    precision = profile["precision"]
+    assert arr["rollout"]["dtype"] == precision
+    fsdp = {
+        "actor": arr["actor"]["fsdp_config"],
+        "ref": arr["ref"]["fsdp_config"],
+        "critic": critic["model"]["fsdp_config"],
+    }
+    for role, config in fsdp.items():
+        assert config["mixed_precision"]["param_dtype"] == precision, role
+        assert config["mixed_precision"]["reduce_dtype"] == "float32", role
+        assert config["mixed_precision"]["buffer_dtype"] == "float32", role
+    assert fsdp["actor"]["model_dtype"] == fsdp["critic"]["model_dtype"] == "float32"
+    assert fsdp["ref"]["model_dtype"] == precision
+    assert arr["model"]["override_config"]["_attn_implementation"] == profile["attn_implementation"]
+    assert arr["actor"]["use_torch_compile"] is profile["torch_compile"]
+    assert arr["model"]["use_remove_padding"] is critic["model"]["use_remove_padding"] is profile["remove_padding"]
+    assert arr["rollout"]["name"] == profile["rollout_backend"]
+    if profile["rollout_backend"] == "hf":
+        # Computed on the host (filter_plugins/rollout.py): an even split of each GPU's batch.
+        micro = arr["rollout"]["micro_batch_size"]
+        per_gpu = composed["data"]["train_batch_size"] // composed["trainer"]["n_gpus_per_node"]
+        assert micro > 0 and per_gpu % micro == 0, (micro, per_gpu)
+    assert fsdp["actor"]["param_offload"] is profile["offload"]["actor_params"]
+    assert composed["trainer"]["n_gpus_per_node"] == stack["train_n_gpus_per_node"]
+
+
+def test_dry_run_on_pascal_is_the_p40_set(composed, stack):
+    """The P40's needs, spelled out: fp32 everywhere, eager attention, the HF rollout."""
+    if stack["train_profile"]["name"] != "pascal":
+        pytest.skip("this host's profile is %s, not pascal" % stack["train_profile"]["name"])
+    arr = composed["actor_rollout_ref"]
+    assert arr["rollout"]["dtype"] == "float32"
+    for config in (arr["actor"]["fsdp_config"], arr["ref"]["fsdp_config"], composed["critic"]["model"]["fsdp_config"]):
+        assert config["model_dtype"] == "float32"
+        assert set(config["mixed_precision"].values()) == {"float32"}
+    assert arr["model"]["override_config"]["_attn_implementation"] == "eager"
+    assert arr["rollout"]["name"] == "hf"
+    assert arr["actor"]["use_torch_compile"] is False
 
 
 def test_layer_state(layer_state):
     assert layer_state("train")["status"] == "complete"
+
+
+def test_hf_rollout_is_sized_from_the_host(host, stack, layer_state):
+    # The train role read the model's config.json and preflight's GPU memory; the
+    # launcher's header says what it computed, and validation is one chunk per GPU.
+    profile = layer_state("preflight")["inputs"]["profile"]
+    if stack["stack_gpu_profiles"][profile]["rollout_backend"] != "hf":
+        return
+    script = stack["train_work_dir"] + "/train.sh"
+    assert "computed by filter_plugins/rollout.py" in host.file(script).content_string
+    with host.sudo(stack["stack_user"]):
+        overrides = dict(line.split("=", 1) for line in host.check_output(script + " --print-overrides").splitlines())
+    micro = int(overrides["+actor_rollout_ref.rollout.micro_batch_size"])
+    gpus = int(overrides["trainer.n_gpus_per_node"]) * int(overrides["trainer.nnodes"])
+    assert int(overrides["data.val_batch_size"]) == micro * gpus
+    assert (int(overrides["data.train_batch_size"]) // gpus) % micro == 0
+
+
+def test_report_runs_in_the_training_env(host, stack):
+    tool = host.file(stack["train_tools_dir"] + "/train_report.py")
+    assert tool.exists and tool.mode == 0o755
+    log = "/tmp/verl-p40-report-test.log"
+    host.run(
+        "printf '%%s\\n' 'Total training steps: 4' '%s' > %s && chmod 644 %s"
+        % (
+            "step:1 - critic/score/mean:0.250 - response_length/mean:180.0 - timing_s/gen:3.0 - timing_s/step:9.0",
+            log,
+            log,
+        )
+    )
+    with host.sudo(stack["stack_user"]):
+        result = host.run(stack["train_work_dir"] + "/train.sh --report " + log)
+    assert result.rc == 0, result.stdout + result.stderr
+    assert "1 step logged (last: step 1 of 4); still running" in result.stdout
+    assert "reward   0.250  length  180.0" in result.stdout

@@ -8,11 +8,13 @@ the Molecule scenario and removed afterwards; the stand-ins are served by the mi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import uuid
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +24,35 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from prepare_host import prepare  # noqa: E402
+
 IMAGE = os.environ.get("STACK_TEST_IMAGE", "localhost/verl-p40-debian:12")
 STANDINS = ROOT / ".cache" / "standins"
 # The same extra-vars files as the Molecule scenarios: the stand-ins, then what CI changes.
-VARS_FILES = [STANDINS / "standins.yml", ROOT / ".cache" / "standins-python" / "standins_python.yml",
-              ROOT / "tests" / "fixtures" / "ci-vars.yml"]
+VARS_FILES = [
+    STANDINS / "standins.yml",
+    ROOT / ".cache" / "standins-python" / "standins_python.yml",
+    ROOT / "tests" / "fixtures" / "ci-vars.yml",
+]
+
+
+@cache
+def stack_paths() -> dict[str, str]:
+    """Where the stack writes on a host, from the roles' own defaults (tests/infra's StackVars):
+    the layer state directory, and every prefix or file a layer creates."""
+    spec = importlib.util.spec_from_file_location("infra_conftest", ROOT / "tests" / "infra" / "conftest.py")
+    infra = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(infra)
+    variables = infra.StackVars("no-such-host")
+    names = [
+        "stack_state_dir",
+        "cuda_prefix",
+        "cuda_profile_script",
+        "cudnn_prefix",
+        "stack_conda_prefix",
+        "conda_profile_script",
+        "stack_work_dir",
+    ]
+    return {name: variables[name] for name in names}
 
 
 class Host:
@@ -37,22 +63,41 @@ class Host:
         self.inventory = workdir / "inventory"
         self.inventory.mkdir()
         (self.inventory / "group_vars").symlink_to(ROOT / "group_vars")
-        (self.inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {name: {
-            "ansible_connection": "containers.podman.podman",
-            "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+        (self.inventory / "hosts.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "all": {
+                        "hosts": {
+                            name: {
+                                "ansible_connection": "containers.podman.podman",
+                                "ansible_python_interpreter": "/usr/bin/python3",
+                            }
+                        }
+                    }
+                }
+            )
+        )
         self.standins = yaml.safe_load((STANDINS / "standins.yml").read_text())
 
     def sh(self, command: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(["podman", "exec", self.name, "sh", "-c", command],
-                              capture_output=True, text=True, check=check)
+        return subprocess.run(
+            ["podman", "exec", self.name, "sh", "-c", command], capture_output=True, text=True, check=check
+        )
 
     def play(self, *args: str, **extra_vars: Any) -> subprocess.CompletedProcess:
         files = [arg for path in VARS_FILES for arg in ("-e", "@%s" % path)]
-        command = ["ansible-playbook", "-i", str(self.inventory / "hosts.yml"), str(ROOT / "site.yml"),
-                   *files, "-e", json.dumps(extra_vars), *args]
-        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_FORCE_COLOR="0")
-        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+        command = [
+            "ansible-playbook",
+            "-i",
+            str(self.inventory / "hosts.yml"),
+            str(ROOT / "site.yml"),
+            *files,
+            "-e",
+            json.dumps(extra_vars),
+            *args,
+        ]
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
         result.output = result.stdout + result.stderr  # type: ignore[attr-defined]
         return result
 
@@ -65,11 +110,30 @@ class Host:
         if line is None:
             self.sh("rm -f /usr/local/bin/nvidia-smi")
         else:
-            self.sh("printf '#!/bin/sh\\necho \"%s\"\\n' > /usr/local/bin/nvidia-smi"
-                    " && chmod +x /usr/local/bin/nvidia-smi" % line)
+            self.sh(
+                "printf '#!/bin/sh\\necho \"%s\"\\n' > /usr/local/bin/nvidia-smi"
+                " && chmod +x /usr/local/bin/nvidia-smi" % line
+            )
 
     def exists(self, path: str) -> bool:
         return self.sh("test -e %s" % path, check=False).returncode == 0
+
+    def python(self, script: str, *args: str, python: str = "/opt/miniforge3/envs/verl-env/bin/python") -> Any:
+        """Run a Python script in the host (the env's python by default); its last line, as JSON."""
+        done = subprocess.run(
+            ["podman", "exec", self.name, python, "-c", script, *args], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    def as_user(self, command: str, check: bool = True) -> subprocess.CompletedProcess:
+        """A shell command as the training user (git refuses a checkout another user owns)."""
+        return subprocess.run(
+            ["podman", "exec", "--user", "verl", "--workdir", "/", self.name, "sh", "-c", command],
+            capture_output=True,
+            text=True,
+            check=check,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -78,10 +142,13 @@ def host(tmp_path_factory):
     if missing:
         pytest.fail("missing %s: run `make standins` (make integration does)" % ", ".join(missing))
     name = "verl-p40-it-" + uuid.uuid4().hex[:8]
-    subprocess.run(["podman", "run", "-d", "--init", "--network", "host", "--name", name, IMAGE,
-                    "sleep", "infinity"], check=True, capture_output=True)
+    subprocess.run(
+        ["podman", "run", "-d", "--init", "--network", "host", "--name", name, IMAGE, "sleep", "infinity"],
+        check=True,
+        capture_output=True,
+    )
     try:
         prepare(name)
         yield Host(name, tmp_path_factory.mktemp(name))
     finally:
-        subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True)
+        subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, check=False)

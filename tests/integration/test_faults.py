@@ -6,17 +6,28 @@ change), then the CUDA installer failing half way and the clean retry.
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
+
 import pytest
-from conftest import STANDINS
+from conftest import STANDINS, stack_paths
 
 P40_OLD_DRIVER = "0, Tesla P40, 6.1, 24576, 470.256.02, 00000000:3B:00.0"
 P40_GOOD_DRIVER = "0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0"
 
 
 def assert_nothing_built(host) -> None:
-    for layer in ("cuda", "cudnn"):
-        assert host.state(layer) == {}, "%s state written" % layer
-    assert not host.exists("/usr/local/cuda-11.8")
+    """No layer recorded anything (preflight, which builds nothing, may have) and nothing
+    exists at any prefix or file a layer writes. Checking only the cuda and cudnn states and
+    /usr/local/cuda-11.8 missed a fault that stopped later, e.g. a conda prefix or work
+    directory left behind by a run that went past the system layers."""
+    paths = stack_paths()
+    listing = host.sh("ls -A %s 2>/dev/null || true" % paths["stack_state_dir"]).stdout.split()
+    assert [name for name in listing if name != "preflight.json"] == [], "layer state written: %s" % listing
+    written = [path for name, path in paths.items() if name != "stack_state_dir" and host.exists(path)]
+    assert written == [], "written: %s" % written
 
 
 def test_no_gpu_with_gpus_required(host):
@@ -50,8 +61,10 @@ def test_p40_selects_the_pascal_profile(host):
 
 
 def test_unsupported_os(host):
-    host.sh("cp /etc/os-release /etc/os-release.orig && sed -i 's/^VERSION_ID=.*/VERSION_ID=\"13\"/' /etc/os-release"
-            " && cp /etc/debian_version /etc/debian_version.orig && echo 13.1 > /etc/debian_version")
+    host.sh(
+        "cp /etc/os-release /etc/os-release.orig && sed -i 's/^VERSION_ID=.*/VERSION_ID=\"13\"/' /etc/os-release"
+        " && cp /etc/debian_version /etc/debian_version.orig && echo 13.1 > /etc/debian_version"
+    )
     try:
         run = host.play()
     finally:
@@ -68,14 +81,21 @@ def test_too_little_disk(host):
     assert_nothing_built(host)
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"cuda_link": "maybe"}, "cuda_link"),
-    ({"cudnn_link_into_cuda": "sometimes"}, "cudnn_link_into_cuda"),
-    ({"data_source": "ftp"}, "data_source"),
-    ({"apex_max_jobs": "many"}, "apex_max_jobs"),
-    ({"rebuild": "cdua"}, "rebuild names unknown layer(s) cdua"),
-    ({"cuda_prefix": "/usr"}, "must be an absolute path of its own"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"cuda_link": "maybe"}, "cuda_link"),
+        ({"cudnn_link_into_cuda": "sometimes"}, "cudnn_link_into_cuda"),
+        ({"data_source": "ftp"}, "data_source"),
+        ({"apex_max_jobs": "many"}, "apex_max_jobs"),
+        ({"rebuild": "cdua"}, "rebuild names unknown layer(s) cdua"),
+        ({"cuda_prefix": "/usr"}, "cuda_prefix resolves to /usr, a system directory"),
+        ({"cuda_prefix": "//"}, "cuda_prefix resolves to /, a system directory"),
+        ({"cudnn_prefix": "/usr/lib/"}, "cudnn_prefix resolves to /usr/lib, a system directory"),
+        ({"stack_conda_prefix": "/data"}, "stack_conda_prefix resolves to /data, less than two levels deep"),
+        ({"stack_verl_dir": "/root"}, "stack_verl_dir resolves to /root, a system directory"),
+    ],
+)
 def test_invalid_variables(host, extra, message):
     run = host.play(**extra)
     assert run.returncode != 0
@@ -83,10 +103,23 @@ def test_invalid_variables(host, extra, message):
     assert_nothing_built(host)
 
 
+def test_train_without_the_model_config(host):
+    # The HF rollout is sized from the model's config.json; without it the train role
+    # stops before it writes anything, saying what to do.
+    run = host.play("--tags", "train", train_model_path="/nonexistent/model")
+    assert run.returncode != 0
+    assert "/nonexistent/model/config.json cannot be read" in run.output
+    assert "--tags model" in run.output and "train_model_config" in run.output
+    assert host.state("train") == {}
+    assert_nothing_built(host)
+
+
 def ci_overrides(host) -> dict:
     """stack_artifact_overrides as tests/fixtures/ci-vars.yml sets them, for a test to change one."""
-    return {"cuda_runfile": host.standins["standin_artifacts"]["cuda_runfile"],
-            "cudnn_archive": host.standins["standin_artifacts"]["cudnn_archive"]}
+    return {
+        "cuda_runfile": host.standins["standin_artifacts"]["cuda_runfile"],
+        "cudnn_archive": host.standins["standin_artifacts"]["cudnn_archive"],
+    }
 
 
 def test_wrong_checksum(host):
@@ -117,8 +150,9 @@ def test_installer_failing_half_way_is_redone(host):
     host.sh("mkdir -p /var/cache/verl-p40 && head -c 1000 /dev/urandom > /var/cache/verl-p40/" + good)
 
     # This time through the controller's cache (as air-gapped users pre-seed it); the mirror is unreachable.
-    run = host.play("--tags", "cuda,cudnn", stack_controller_cache_dir=str(STANDINS),
-                    stack_mirror_url="http://127.0.0.1:9")
+    run = host.play(
+        "--tags", "cuda,cudnn", stack_controller_cache_dir=str(STANDINS), stack_mirror_url="http://127.0.0.1:9"
+    )
     assert run.returncode == 0, run.output[-3000:]
     assert host.state("cuda")["status"] == "complete"
     assert host.state("cudnn")["status"] == "complete"
@@ -126,3 +160,48 @@ def test_installer_failing_half_way_is_redone(host):
     assert "release 11.8, V11.8.89" in nvcc
     # The half-built tree was removed first: the good installer did not merely complete it.
     assert not host.exists("/usr/local/cuda-11.8/leftover-of-the-failed-run")
+
+
+def test_foreign_tree_at_a_prefix_is_left_alone(host):
+    # The user's own cuDNN where cudnn_prefix now points: the layer must not delete it.
+    host.sh("mkdir -p /opt/users-cudnn/include && echo mine > /opt/users-cudnn/include/cudnn_version.h")
+    run = host.play("--tags", "cudnn", cudnn_prefix="/opt/users-cudnn")
+    assert run.returncode != 0
+    assert "/opt/users-cudnn (cudnn_prefix = /opt/users-cudnn) holds something this project did not make" in " ".join(
+        run.output.split()
+    )
+    assert host.sh("cat /opt/users-cudnn/include/cudnn_version.h").stdout == "mine\n"
+    assert host.state("cudnn")["status"] == "complete"  # the layer was not marked building for nothing
+    host.sh("rm -rf /opt/users-cudnn")
+
+
+def plant_lock(host, run_id: str, controller: str) -> None:
+    boot = host.sh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    lock = {"id": run_id, "controller": controller, "pid": 1, "user": "bob", "started": "2026-12-01T00:00:00Z"}
+    host.sh(
+        "mkdir -p /var/lib/verl-p40 && echo %s > /var/lib/verl-p40/run.lock"
+        % json.dumps(json.dumps(dict(lock, boot_id=boot)))
+    )
+
+
+def test_one_run_at_a_time(host):
+    # Another controller's run holds the host: refused at once, nothing marked building.
+    before = host.sh("cat /var/lib/verl-p40/layers/cuda.json").stdout
+    plant_lock(host, "other-controller-1-1", "other-controller")
+    run = host.play("--tags", "cuda", rebuild="cuda")
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert "Another run of the stack holds this host: run other-controller-1-1 of bob@other-controller" in out
+    assert "-e stack_lock_takeover=other-controller-1-1" in out
+    assert host.sh("cat /var/lib/verl-p40/layers/cuda.json").stdout == before
+    # Told that run is gone, the next run takes over, and releases the lock at its end.
+    run = host.play("--tags", "preflight", stack_lock_takeover="other-controller-1-1")
+    assert run.returncode == 0, run.output[-3000:]
+    assert not host.exists("/var/lib/verl-p40/run.lock")
+    # A run of this controller that died (its process is gone): taken over without asking.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    plant_lock(host, "%s-%d-1" % (socket.gethostname(), dead.pid), socket.gethostname())
+    run = host.play("--tags", "preflight")
+    assert run.returncode == 0, run.output[-3000:]
+    assert not host.exists("/var/lib/verl-p40/run.lock")

@@ -1,9 +1,50 @@
 """Faults of the Python layers: clear messages, nothing half-installed, the next run recovers.
 
 Runs after test_faults.py on the same container, whose CUDA layer is built by then.
+
+What these catch: a refused torch pin left in constraints.txt (later pip calls would be
+pinned to a torch that does not exist); a bad verl_version that deletes a working checkout
+before finding out the tag does not exist; an Apex "reinstall" that installed nothing
+(the dist's RECORD must be rewritten, from the cached wheel, with no compile).
 """
 
 from __future__ import annotations
+
+import hashlib
+
+ENV = "/opt/miniforge3/envs/verl-env"
+CONSTRAINTS = ENV + "/constraints.txt"
+VERL_DIR = "/home/verl/verl-p40/verl"
+
+# The installed apex distribution: its RECORD file (identity and lines) and where pip took it from.
+APEX_DIST = r"""
+import glob, json, os, sysconfig
+(info,) = glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "apex-*.dist-info"))
+record = os.path.join(info, "RECORD")
+url = os.path.join(info, "direct_url.json")
+stat = os.stat(record)
+print(json.dumps({"record_id": [stat.st_ino, stat.st_mtime_ns], "record": open(record).read().splitlines(),
+                  "url": json.load(open(url))["url"] if os.path.exists(url) else None}))
+"""
+# The RECORD inside a wheel: what its files hash to.
+WHEEL_RECORD = r"""
+import json, sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+(name,) = [n for n in wheel.namelist() if n.endswith(".dist-info/RECORD")]
+print(json.dumps(wheel.read(name).decode().splitlines()))
+"""
+CACHED_WHEEL = "ls /var/cache/verl-p40/apex-wheels/*/apex-*.whl"
+
+
+def assert_installed_from_the_cached_wheel(host, before: dict) -> None:
+    """pip rewrote apex's RECORD (an install happened), from the wheel in the host's cache
+    (direct_url.json names it), and every file the wheel holds is installed with its hash."""
+    after = host.python(APEX_DIST)
+    assert after["record_id"] != before["record_id"], "apex's RECORD is untouched: nothing was installed"
+    (wheel,) = host.sh(CACHED_WHEEL).stdout.split()
+    assert after["url"] == "file://" + wheel
+    wheel_lines = [line for line in host.python(WHEEL_RECORD, wheel) if "/RECORD," not in line]
+    assert set(wheel_lines) <= set(after["record"])
 
 
 def test_a_user_that_cannot_be_created(host):
@@ -20,6 +61,29 @@ def test_a_torch_pin_that_does_not_exist(host):
     assert "pip could not install torch==2.6.99" in run.output
     assert host.state("conda")["status"] == "complete"
     assert host.state("torch")["status"] == "building"
+    # The refused pin did not become the env's: every later pip call would be held to it.
+    assert "2.6.99" not in host.sh("cat " + CONSTRAINTS).stdout
+    assert not host.exists(ENV + "/constraints.next.txt")
+
+
+def test_a_refused_pin_keeps_the_installed_torch_pinned(host):
+    run = host.play("--tags", "torch")
+    assert run.returncode == 0, run.output[-3000:]
+    pins = host.sh("cat " + CONSTRAINTS).stdout.split()
+    assert "torch==2.6.0" in pins
+
+    run = host.play("--tags", "torch", torch_packages=["torch==2.6.99"], torch_expected_version="2.6.99")
+    assert run.returncode != 0
+    assert "were left as they were" in " ".join(run.output.split())
+    assert host.sh("cat " + CONSTRAINTS).stdout.split() == pins
+    assert host.python("import json, torch; print(json.dumps(torch.__version__))") == "2.6.0+cu124"
+    # The pin still holds torch in place for any later pip call.
+    refused = host.as_user(ENV + "/bin/python -m pip install --dry-run --no-deps torch==2.5.1", check=False)
+    assert refused.returncode != 0 and "torch" in refused.stderr
+
+    run = host.play("--tags", "torch")
+    assert run.returncode == 0, run.output[-3000:]
+    assert host.state("torch")["status"] == "complete"
 
 
 def test_torch_then_a_failing_apex_build(host):
@@ -42,17 +106,49 @@ def test_torch_then_a_failing_apex_build(host):
 
 
 def test_apex_reinstalls_from_the_cached_wheel(host):
+    before = host.python(APEX_DIST)
     run = host.play("--tags", "apex", rebuild="apex")
     assert run.returncode == 0, run.output[-3000:]
     assert "Compile (log in" not in run.output
     assert host.state("apex")["details"]["built_from_source"] is False
+    assert_installed_from_the_cached_wheel(host, before)
+
+
+VERL_PROBE = "import json, verl; print(json.dumps([verl.__file__, verl.__version__]))"
+
+
+def working_verl(host) -> dict:
+    """The checkout's commit and what `import verl` finds."""
+    head = host.as_user("git -C %s rev-parse HEAD" % VERL_DIR).stdout.strip()
+    return {"head": head, "import": host.python(VERL_PROBE)}
 
 
 def test_a_verl_tag_that_does_not_exist(host):
+    run = host.play("--tags", "verl")
+    assert run.returncode == 0, run.output[-3000:]
+    state, working = host.state("verl"), working_verl(host)
+    assert state["status"] == "complete"
+    assert working["import"][0].startswith(VERL_DIR + "/")
+
     run = host.play("--tags", "verl", verl_version="v9.9.9")
     assert run.returncode != 0
-    assert "Could not check out v9.9.9" in run.output
-    assert host.state("verl")["status"] == "building"
+    out = " ".join(run.output.split())
+    assert "Could not check out v9.9.9" in out and "was left as it was" in out
+    # The old role deleted the checkout before trying the clone: no verl at all.
+    assert working_verl(host) == working
+    assert host.state("verl") == state
+    assert not host.exists(VERL_DIR + ".staging")
+
+
+def test_a_verl_tag_at_another_commit(host):
+    state, working = host.state("verl"), working_verl(host)
+    run = host.play("--tags", "verl", verl_commit="0" * 40)
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert "not the pinned " + "0" * 40 in out and "was left as it was" in out
+    assert working_verl(host) == working
+    assert host.state("verl") == state
+    assert not host.exists(VERL_DIR + ".staging")
 
 
 def test_vllm_is_refused_on_a_pascal_gpu(host):
@@ -76,7 +172,38 @@ def test_a_second_host_takes_the_wheel_from_the_controller(host, tmp_path):
     assert list(tmp_path.glob("apex-wheels/*/apex-*.whl"))
     # ...and a host without it (here: the same host, its cache emptied) installs that wheel.
     host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
+    before = host.python(APEX_DIST)
     run = host.play("--tags", "apex", rebuild="apex", stack_controller_cache_dir=str(tmp_path))
     assert run.returncode == 0, run.output[-3000:]
     assert "Compile (log in" not in run.output
     assert host.state("apex")["details"]["built_from_source"] is False
+    assert_installed_from_the_cached_wheel(host, before)
+    # The wheel installed is the controller's, byte for byte.
+    (controller_wheel,) = tmp_path.glob("apex-wheels/*/apex-*.whl")
+    (wheel,) = host.sh(CACHED_WHEEL).stdout.split()
+    digest = host.sh("sha256sum " + wheel).stdout.split()[0]
+    assert digest == hashlib.sha256(controller_wheel.read_bytes()).hexdigest()
+
+
+def test_a_clean_rerun_looks_at_nothing(host):
+    """A rerun with nothing to do decides from the records and a stat of their files: no probe of the
+    env runs. A recorded file that changed, or -e verify, makes that one layer look again."""
+    run = host.play("--tags", "torch,apex,verl")
+    assert run.returncode == 0, run.output[-3000:]
+    assert "changed=0" in run.output
+    for probe in ("Ask the env for torch", "Ask the env for apex_C", "Read the checkout's commit"):
+        assert probe not in run.output, probe
+
+    torch = host.state("torch")
+    (version_py,) = [path for path in torch["files"] if path.endswith("/torch/version.py")]
+    host.sh("touch %s" % version_py)
+    run = host.play("--tags", "torch,apex")
+    assert run.returncode == 0, run.output[-3000:]
+    assert "Ask the env for torch" in run.output and "Ask the env for apex_C" not in run.output
+    # looked at and found sound: the file's stat is refreshed, the build is the same one
+    after = host.state("torch")
+    assert after["fingerprint"] == torch["fingerprint"] and after["files"][version_py] != torch["files"][version_py]
+
+    run = host.play("--tags", "apex", verify="apex")
+    assert run.returncode == 0, run.output[-3000:]
+    assert "Ask the env for apex_C" in run.output and "Import the extensions" in run.output

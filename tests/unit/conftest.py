@@ -50,7 +50,7 @@ def fetch_verl_sdist(version: str) -> Path:
         "--dest",
         str(cache),
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not archive.is_file():
         pytest.fail(
             "Could not download the verl %s sdist (%s). Put verl-%s.tar.gz into %s "
@@ -92,8 +92,15 @@ def verl_091(tmp_path: Path) -> Path:
 
 # -- the launcher, rendered by tools/render.py ---------------------------------
 
-if str(REPO / "tools") not in sys.path:
-    sys.path.insert(0, str(REPO / "tools"))
+# The controller's tools, and the scripts each role copies to its hosts (a role's files/).
+for _tools in (
+    REPO / "tools",
+    REPO / "roles" / "data" / "files",
+    REPO / "roles" / "model" / "files",
+    REPO / "roles" / "train" / "files",
+):
+    if str(_tools) not in sys.path:
+        sys.path.insert(0, str(_tools))
 
 
 def gpu_profile_names() -> list[str]:
@@ -111,3 +118,35 @@ def rendered_launchers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
 
     root = tmp_path_factory.mktemp("launchers")
     return {name: render.render(name, root / name)["train.sh"].parent for name in gpu_profile_names()}
+
+
+# -- a module of library/, run by Ansible on localhost --------------------------
+
+
+def run_module(name: str, args: dict, check: bool = False, diff: bool = False) -> dict:
+    """Run one module of library/ through `ansible localhost -m`, as a task would; its result and _rc.
+    With `diff`, in diff mode (--diff). The json callback reports the result as the module returned
+    it, `diff` included (the oneline one drops it), plus Ansible's `invocation` and `action`."""
+    import json
+    import os
+
+    command = [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", name, "-a", json.dumps(args)]
+    command += ["-e", "ansible_python_interpreter=" + sys.executable]
+    command += (["--check"] if check else []) + (["--diff"] if diff else [])
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_STDOUT_CALLBACK="json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="true",
+    )
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    try:
+        report = json.loads(done.stdout)
+        payload = report["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    except (ValueError, KeyError, IndexError):
+        pytest.fail("ansible -m %s gave no result (rc %d):\n%s\n%s" % (name, done.returncode, done.stdout, done.stderr))
+    payload = {key: value for key, value in payload.items() if not key.startswith("_ansible")}
+    payload["_rc"] = done.returncode
+    return payload

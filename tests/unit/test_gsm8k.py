@@ -1,4 +1,4 @@
-"""tools/gsm8k_to_verl.py on the GSM8K-format fixture (tests/fixtures/gsm8k_fixture.py)."""
+"""roles/data/files/gsm8k_to_verl.py (the data role copies it to the host) on the GSM8K-format fixture (tests/fixtures/gsm8k_fixture.py)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,9 @@ def test_conversion_matches_verls_rl_format(source, tmp_path: Path, capsys):
     for split in ("train", "test"):
         table = pq.read_table(out / f"{split}.parquet")
         assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
-        assert table.schema.field("prompt").type == pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+        assert table.schema.field("prompt").type == pa.list_(
+            pa.struct([("role", pa.string()), ("content", pa.string())])
+        )
         assert table.schema.field("extra_info").type.field("index").type == pa.int64()
         for index, (row, source_row) in enumerate(zip(table.to_pylist(), rows[split])):
             assert row["data_source"] == "openai/gsm8k"
@@ -57,8 +59,12 @@ def test_conversion_matches_verls_rl_format(source, tmp_path: Path, capsys):
             assert row["prompt"] == [{"role": "user", "content": source_row["question"] + " " + INSTRUCTION}]
             assert row["reward_model"] == {"style": "rule", "ground_truth": final_number(source_row["answer"])}
             float(row["reward_model"]["ground_truth"])
-            assert row["extra_info"] == {"split": split, "index": index, "answer": source_row["answer"],
-                                         "question": source_row["question"]}
+            assert row["extra_info"] == {
+                "split": split,
+                "index": index,
+                "answer": source_row["answer"],
+                "question": source_row["question"],
+            }
         assert g.validate_output(out / f"{split}.parquet", split, len(rows[split])) == []
 
 
@@ -71,8 +77,9 @@ def test_other_local_layouts_give_the_same_files(fmt: str, source, tmp_path: Pat
     status, _ = convert(capsys, "--source", str(other), "--out", str(tmp_path / f"from-{fmt}"))
     assert status == 0
     for split in ("train", "test"):
-        assert (tmp_path / f"from-{fmt}" / f"{split}.parquet").read_bytes() == \
-            (tmp_path / "from-parquet" / f"{split}.parquet").read_bytes()
+        assert (tmp_path / f"from-{fmt}" / f"{split}.parquet").read_bytes() == (
+            tmp_path / "from-parquet" / f"{split}.parquet"
+        ).read_bytes()
 
 
 def test_datasets_cache_layout_is_found(tmp_path: Path, capsys):
@@ -121,12 +128,15 @@ def test_overlong_prompts_are_reported_not_dropped(source, tmp_path: Path, capsy
     root, rows = source
     limit = 110
     expected = [
-        (split, index) for split in ("train", "test") for index, row in enumerate(rows[split])
+        (split, index)
+        for split in ("train", "test")
+        for index, row in enumerate(rows[split])
         if g.character_estimate([{"content": row["question"] + " " + INSTRUCTION}]) > limit
     ]
     assert 0 < len(expected) < 40, "the fixture should have prompts on both sides of the limit"
-    status, summary = convert(capsys, "--source", str(root), "--out", str(tmp_path / "out"),
-                              "--max-prompt-length", str(limit))
+    status, summary = convert(
+        capsys, "--source", str(root), "--out", str(tmp_path / "out"), "--max-prompt-length", str(limit)
+    )
     assert status == 0
     report = summary["prompt_length"]
     assert report["overlong"] == len(expected)
@@ -134,8 +144,16 @@ def test_overlong_prompts_are_reported_not_dropped(source, tmp_path: Path, capsy
     assert [(item["split"], item["index"]) for item in report["overlong_rows"]] == expected[:20]
     assert summary["rows"] == {"train": 32, "test": 8}
 
-    status, _ = convert(capsys, "--source", str(root), "--out", str(tmp_path / "out"),
-                        "--max-prompt-length", str(limit), "--fail-on-overlong")
+    status, _ = convert(
+        capsys,
+        "--source",
+        str(root),
+        "--out",
+        str(tmp_path / "out"),
+        "--max-prompt-length",
+        str(limit),
+        "--fail-on-overlong",
+    )
     assert status == 1
 
 
@@ -156,7 +174,9 @@ def test_tokenizer_counts_the_chat_template(source, tmp_path: Path, capsys, monk
     root, rows = source
     status, summary = convert(capsys, "--source", str(root), "--out", str(tmp_path / "out"), "--tokenizer", str(model))
     assert status == 0
-    words = max(len(("<user> " + row["question"] + " " + INSTRUCTION + " <assistant>").split()) for row in rows["train"])
+    words = max(
+        len(("<user> " + row["question"] + " " + INSTRUCTION + " <assistant>").split()) for row in rows["train"]
+    )
     assert summary["prompt_length"]["max"]["train"] == words
     assert summary["prompt_length"]["measure"].startswith("tokens (")
 
@@ -174,13 +194,16 @@ def test_answer_without_a_number_stops_the_conversion(tmp_path: Path, capsys):
     assert not (out / "train.parquet").exists() and not (out / "test.parquet").exists()
 
 
-@pytest.mark.parametrize("answer, truth", [
-    ("So 3 + 4 = 7.\n#### 7", "7"),
-    ("#### 1,234", "1234"),
-    ("#### $18", "18"),
-    ("#### -3", "-3"),
-    ("first #### 2 then\n#### 2.5", "2.5"),
-])
+@pytest.mark.parametrize(
+    "answer, truth",
+    [
+        ("So 3 + 4 = 7.\n#### 7", "7"),
+        ("#### 1,234", "1234"),
+        ("#### $18", "18"),
+        ("#### -3", "-3"),
+        ("first #### 2 then\n#### 2.5", "2.5"),
+    ],
+)
 def test_ground_truth_reads_like_verls_scorer(answer: str, truth: str):
     assert g.ground_truth(answer) == truth
 
@@ -193,8 +216,17 @@ def test_ground_truth_refuses_non_numbers(answer: str):
 
 def test_row_count_expectation(source, tmp_path: Path, capsys):
     root, _ = source
-    status, summary = convert(capsys, "--source", str(root), "--out", str(tmp_path / "out"),
-                              "--expect-train-rows", "7473", "--expect-test-rows", "8")
+    status, summary = convert(
+        capsys,
+        "--source",
+        str(root),
+        "--out",
+        str(tmp_path / "out"),
+        "--expect-train-rows",
+        "7473",
+        "--expect-test-rows",
+        "8",
+    )
     assert status == 1
     assert "train split has 32 rows, expected 7473" in summary["msg"]
 
@@ -257,8 +289,19 @@ def test_missing_split_is_named(tmp_path: Path, capsys):
 
 def test_cli_prints_one_json_line(source, tmp_path: Path):
     root, _ = source
-    done = subprocess.run([sys.executable, str(REPO / "tools" / "gsm8k_to_verl.py"), "--source", str(root),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "roles" / "data" / "files" / "gsm8k_to_verl.py"),
+            "--source",
+            str(root),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     (line,) = done.stdout.splitlines()
     assert json.loads(line)["changed"] is True

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_module
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "library"))
@@ -17,10 +16,17 @@ import layer_state as ls  # noqa: E402
 LAYERS = ["preflight", "cuda", "cudnn", "apex"]
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("", set()), (None, set()), ("cuda", {"cuda"}), ("cuda, cudnn", {"cuda", "cudnn"}),
-    (["cudnn"], {"cudnn"}), ("all", set(LAYERS)),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("", set()),
+        (None, set()),
+        ("cuda", {"cuda"}),
+        ("cuda, cudnn", {"cuda", "cudnn"}),
+        (["cudnn"], {"cudnn"}),
+        ("all", set(LAYERS)),
+    ],
+)
 def test_parse_rebuild(raw, expected):
     assert ls.parse_rebuild(raw, LAYERS) == expected
 
@@ -30,17 +36,30 @@ def test_parse_rebuild_refuses_unknown_layers():
         ls.parse_rebuild("cuda,cdua", LAYERS)
 
 
-@pytest.mark.parametrize("previous, requested, inputs, deps, expected", [
-    ({}, False, {"v": 1}, {}, (True, "absent")),
-    ({"status": "building"}, False, {"v": 1}, {}, (True, "incomplete")),
-    ({"status": "unreadable"}, False, {"v": 1}, {}, (True, "incomplete")),
-    ({"status": "complete", "inputs": {"v": 1}, "requires": {}}, True, {"v": 1}, {}, (True, "requested")),
-    ({"status": "complete", "inputs": {"v": 1}, "requires": {}}, False, {"v": 2}, {}, (True, "inputs_changed")),
-    ({"status": "complete", "inputs": {"v": 1}, "requires": {"cuda": "a"}}, False, {"v": 1}, {"cuda": "b"},
-     (True, "dependency_changed")),
-    ({"status": "complete", "inputs": {"v": 1}, "requires": {"cuda": "a"}}, False, {"v": 1}, {"cuda": "a"},
-     (False, "unchanged")),
-])
+@pytest.mark.parametrize(
+    "previous, requested, inputs, deps, expected",
+    [
+        ({}, False, {"v": 1}, {}, (True, "absent")),
+        ({"status": "building"}, False, {"v": 1}, {}, (True, "incomplete")),
+        ({"status": "unreadable"}, False, {"v": 1}, {}, (True, "incomplete")),
+        ({"status": "complete", "inputs": {"v": 1}, "requires": {}}, True, {"v": 1}, {}, (True, "requested")),
+        ({"status": "complete", "inputs": {"v": 1}, "requires": {}}, False, {"v": 2}, {}, (True, "inputs_changed")),
+        (
+            {"status": "complete", "inputs": {"v": 1}, "requires": {"cuda": "a"}},
+            False,
+            {"v": 1},
+            {"cuda": "b"},
+            (True, "dependency_changed"),
+        ),
+        (
+            {"status": "complete", "inputs": {"v": 1}, "requires": {"cuda": "a"}},
+            False,
+            {"v": 1},
+            {"cuda": "a"},
+            (False, "unchanged"),
+        ),
+    ],
+)
 def test_decide(previous, requested, inputs, deps, expected):
     assert ls.decide(previous, inputs, deps, requested) == expected
 
@@ -62,16 +81,7 @@ def module(tmp_path: Path, check: bool = False, **args) -> dict:
     """Run the module through Ansible, as a playbook would."""
     args.setdefault("state_dir", str(tmp_path / "layers"))
     args.setdefault("layers", LAYERS)
-    command = [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "layer_state",
-               "-a", json.dumps(args), "-o"] + (["--check"] if check else [])
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="false",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
-    done = subprocess.run(command + ["-e", "ansible_python_interpreter=" + sys.executable],
-                          capture_output=True, text=True, env=env, cwd=REPO)
-    out = done.stdout
-    payload = json.loads(out[out.index("{"):])
-    payload["_rc"] = done.returncode
-    return payload
+    return run_module("layer_state", args, check)
 
 
 def test_lifecycle_through_ansible(tmp_path):
@@ -89,7 +99,7 @@ def test_lifecycle_through_ansible(tmp_path):
     cuda_print = done["fingerprint"]
 
     again = module(tmp_path, name="cuda", inputs=inputs)
-    assert not again["build"] and again["reason"] == "unchanged"
+    assert not again["build"] and again["reason"] == "unchanged" and not again["probe"]
     same = module(tmp_path, name="cuda", state="present", inputs=inputs, version="11.8.89", built=False)
     assert not same["changed"] and same["fingerprint"] == cuda_print
     assert same["ansible_facts"]["stack_layer_cuda"]["outcome"] == "unchanged"
@@ -117,3 +127,147 @@ def test_bad_arguments_fail_clearly(tmp_path):
     assert unknown["_rc"] != 0 and "unknown layer(s) cdua" in unknown["msg"]
     bad = module(tmp_path, name="cuda", rebuild="cuda,nope")
     assert bad["_rc"] != 0 and "rebuild names unknown layer(s) nope" in bad["msg"]
+
+
+@pytest.mark.parametrize(
+    "build, reason, stale, verify, expected",
+    [
+        (True, "absent", [], False, (False, True, "absent")),  # may adopt what the host has
+        (True, "incomplete", [], False, (True, False, "incomplete")),
+        (True, "requested", [], True, (True, True, "requested")),
+        (False, "unchanged", [], False, (False, False, "unchanged")),  # a clean rerun looks at nothing
+        (False, "unchanged", [], True, (False, True, "unchanged")),
+        (False, "unchanged", ["/opt/x"], False, (False, True, "files_changed")),
+    ],
+)
+def test_verdict(build, reason, stale, verify, expected):
+    assert ls.verdict(build, reason, stale, verify) == expected
+
+
+def test_changed_files(tmp_path):
+    kept, touched, gone = (tmp_path / name for name in ("kept", "touched", "gone"))
+    for path in (kept, touched, gone):
+        path.write_text("x")
+    recorded = ls.file_facts([str(kept), str(touched), str(gone)])
+    assert ls.changed_files(recorded, sorted(recorded)) == []
+    touched.write_text("xy")
+    gone.unlink()
+    unrecorded = str(tmp_path / "new")
+    assert ls.changed_files(recorded, [*sorted(recorded), unrecorded]) == sorted([str(touched), str(gone), unrecorded])
+
+
+def test_recorded_files_decide_a_rerun(tmp_path):
+    marker = tmp_path / "toolkit" / "version.json"
+    marker.parent.mkdir()
+    marker.write_text("{}")
+    args = dict(name="cuda", inputs={"v": 1}, files=[str(marker)])
+    done = module(tmp_path, state="present", version="11.8.89", **args)
+    assert json.loads((tmp_path / "layers/cuda.json").read_text())["files"][str(marker)][0] == "file"
+
+    clean = module(tmp_path, **args)
+    assert (clean["build"], clean["rebuild"], clean["probe"], clean["reason"]) == (False, False, False, "unchanged")
+    assert clean["ansible_facts"]["stack_layer_cuda"] == {"version": "11.8.89", "outcome": "unchanged"}
+
+    marker.write_text('{"cuda": {}}')
+    stale = module(tmp_path, **args)
+    assert (stale["build"], stale["rebuild"], stale["probe"]) == (False, False, True)
+    assert stale["reason"] == "files_changed" and stale["changed_files"] == [str(marker)]
+
+    # Looked at and found sound: the stat is refreshed, the fingerprint (what dependents see) is not.
+    kept = module(tmp_path, state="present", version="11.8.89", built=False, **args)
+    assert kept["changed"] and kept["fingerprint"] == done["fingerprint"]
+    assert module(tmp_path, **args)["reason"] == "unchanged"
+
+    marker.unlink()
+    assert module(tmp_path, **args)["changed_files"] == [str(marker)]
+
+
+def test_a_record_without_files_is_probed_once(tmp_path):
+    module(tmp_path, state="present", name="cuda", inputs={"v": 1})
+    record = json.loads((tmp_path / "layers/cuda.json").read_text())
+    assert record["files"] == {}
+    del record["files"]  # as an older version wrote it
+    (tmp_path / "layers/cuda.json").write_text(json.dumps(record))
+    old = module(tmp_path, name="cuda", inputs={"v": 1})
+    assert old["probe"] and not old["rebuild"] and old["reason"] == "unchanged"
+    assert module(tmp_path, state="present", name="cuda", inputs={"v": 1}, built=False)["changed"]
+    assert not module(tmp_path, name="cuda", inputs={"v": 1})["probe"]
+
+
+def test_verify_request(tmp_path):
+    module(tmp_path, state="present", name="cuda", inputs={"v": 1})
+    assert not module(tmp_path, name="cuda", inputs={"v": 1})["probe"]
+    for request in ("cuda", "all", True, "yes", ["cudnn", "cuda"]):
+        assert module(tmp_path, name="cuda", inputs={"v": 1}, verify=request)["probe"], request
+    assert not module(tmp_path, name="cuda", inputs={"v": 1}, verify="cudnn")["probe"]
+    bad = module(tmp_path, name="cuda", verify="cdua")
+    assert bad["_rc"] != 0 and "verify names unknown layer(s) cdua" in bad["msg"]
+
+
+def test_required_layers(tmp_path):
+    missing = module(tmp_path, name="cudnn", requires=["cuda"])
+    assert missing["_rc"] != 0
+    assert "needs the cuda layer(s)" in missing["msg"] and "--tags cuda,cudnn" in missing["msg"]
+    # check mode on a new host reports the build instead of stopping
+    assert module(tmp_path, check=True, name="cudnn", requires=["cuda"])["build"]
+
+    module(tmp_path, state="present", name="cuda", version="11.8.89", details={"host_compiler": "/usr/bin/g++-11"})
+    found = module(tmp_path, name="cudnn", requires=["cuda"])
+    assert found["_rc"] == 0
+    assert found["required"]["cuda"]["version"] == "11.8.89"
+    assert found["required"]["cuda"]["details"] == {"host_compiler": "/usr/bin/g++-11"}
+    # a layer marked building is not complete either
+    module(tmp_path, state="building", name="cuda")
+    assert module(tmp_path, name="cudnn", requires=["cuda"])["_rc"] != 0
+
+
+def dirs(tmp_path: Path) -> dict:
+    return {"state_dir": str(tmp_path / "layers"), "layers": LAYERS}
+
+
+def test_diff_mode_shows_the_state_file(tmp_path):
+    state = tmp_path / "layers" / "cuda.json"
+    plain = module(tmp_path, name="cuda", state="building", run="run-a")
+    assert plain["changed"] and "diff" not in plain  # no diff unless asked for
+    state.unlink()
+
+    marking = run_module("layer_state", dict(name="cuda", state="building", run="run-a", **dirs(tmp_path)), diff=True)
+    assert marking["diff"]["before"] == "{}\n" and marking["diff"]["before_header"] == str(state)
+    assert json.loads(marking["diff"]["after"]) == {"name": "cuda", "status": "building", "run": "run-a"}
+    assert marking["diff"]["after"] == state.read_text()  # the diff is the file's own change
+
+    args = dict(name="cuda", state="present", run="run-a", version="11.8.89", inputs={"v": 1}, **dirs(tmp_path))
+    preview = run_module("layer_state", args, check=True, diff=True)
+    assert json.loads(preview["diff"]["before"])["status"] == "building"
+    assert json.loads(preview["diff"]["after"])["status"] == "complete"
+    assert json.loads(state.read_text())["status"] == "building"  # check mode wrote nothing
+    done = run_module("layer_state", args, diff=True)
+    assert done["diff"]["after"] == state.read_text()
+
+
+def test_state_is_written_durably_and_whole(tmp_path, monkeypatch):
+    """Through module_utils/stack_files.atomic_write: file and directory fsynced, mode 0644 whatever
+    the umask, and a write that fails half way leaves the previous record and no temporary file."""
+    import os
+
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink("/proc/self/fd/%d" % fd)) or real_fsync(fd))
+    path = tmp_path / "layers" / "cuda.json"
+    old_umask = os.umask(0o077)
+    try:
+        ls.write_state(str(path), {"status": "complete", "name": "cuda"})
+    finally:
+        os.umask(old_umask)
+    assert json.loads(path.read_text()) == {"status": "complete", "name": "cuda"}
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert str(tmp_path / "layers") in synced and any(name.startswith(str(path.parent) + "/.") for name in synced)
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        ls.write_state(str(path), {"status": "building", "name": "cuda"})
+    assert json.loads(path.read_text())["status"] == "complete"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["cuda.json"]

@@ -2,23 +2,49 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+PROFILES = yaml.safe_load((REPO / "group_vars/all/gpu_profiles.yml").read_text())["stack_gpu_profiles"]
 
 
 def play(inventory: Path, playbook: Path) -> subprocess.CompletedProcess:
     # Only the tasks tagged always run: the group_vars check of each stage playbook.
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook), "--tags", "none",
-                           "--skip-tags", "preflight", "-e", "ansible_python_interpreter=" + sys.executable],
-                          capture_output=True, text=True, env=env, cwd=REPO)
+    return subprocess.run(
+        [
+            ANSIBLE_PLAYBOOK,
+            "-i",
+            str(inventory),
+            str(playbook),
+            "--tags",
+            "none",
+            "--skip-tags",
+            "preflight",
+            "-e",
+            "ansible_python_interpreter=" + sys.executable,
+            # The stages take the host's run lock (tagged always): not in this machine's /var/lib.
+            "-e",
+            "stack_lock_file=" + str(Path(tempfile.gettempdir()) / "verl-p40-test-layout" / "run.lock"),
+            # Preflight is skipped, but each role's argument validation (tagged always) still runs and
+            # templates the role's defaults; the train role's read the profile preflight would set.
+            "-e",
+            json.dumps({"preflight_profile": dict(PROFILES["pascal"], name="pascal")}),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
 
 
 def test_group_vars_reach_site_and_stage_playbooks():
@@ -31,8 +57,9 @@ def test_group_vars_reach_site_and_stage_playbooks():
 
 
 def test_an_inventory_without_group_vars_is_caught(tmp_path):
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local"}}}}))
+    (tmp_path / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}})
+    )
     run = play(tmp_path / "hosts.yml", REPO / "site.yml")
     assert run.returncode != 0
     assert "The project's group_vars/ did not reach localhost" in run.stdout

@@ -292,9 +292,7 @@ def test_unknown_default_is_refused() -> None:
 
 def test_unquoted_yaml_capabilities_still_match() -> None:
     gpus = nvidia.nvidia_smi_gpus(sample("p40-single.txt"))
-    assert nvidia.gpu_profile_select(gpus, {"pascal": {"compute_capabilities": [6.0, 6.1]}}) == (
-        "pascal"
-    )
+    assert nvidia.gpu_profile_select(gpus, {"pascal": {"compute_capabilities": [6.0, 6.1]}}) == ("pascal")
 
 
 @pytest.mark.parametrize(
@@ -328,13 +326,11 @@ def test_bad_profiles_are_refused(profiles: dict, words: list[str]) -> None:
         ("p40-x4.txt", "4 x Tesla P40 (cc 6.1, 24576 MiB), driver 550.90.07"),
         (
             "p40-x2-p100-x2.txt",
-            "2 x Tesla P40 (cc 6.1, 24576 MiB) + 2 x Tesla P100-PCIE-16GB (cc 6.0, 16384 MiB), "
-            "driver 535.183.01",
+            "2 x Tesla P40 (cc 6.1, 24576 MiB) + 2 x Tesla P100-PCIE-16GB (cc 6.0, 16384 MiB), driver 535.183.01",
         ),
         (
             "p40-rtx3090-mixed.txt",
-            "1 x Tesla P40 (cc 6.1, 24576 MiB) + 1 x NVIDIA GeForce RTX 3090 (cc 8.6, 24576 MiB), "
-            "driver 535.183.01",
+            "1 x Tesla P40 (cc 6.1, 24576 MiB) + 1 x NVIDIA GeForce RTX 3090 (cc 8.6, 24576 MiB), driver 535.183.01",
         ),
     ],
 )
@@ -351,6 +347,7 @@ def test_summary_without_gpu() -> None:
 
 def test_filter_module_lists_the_filters() -> None:
     assert set(nvidia.FilterModule().filters()) == {
+        "nvidia_smi_query",
         "nvidia_smi_gpus",
         "nvidia_smi_error",
         "gpu_profile_select",
@@ -397,3 +394,10 @@ def test_filter_error_reaches_ansible(tmp_path: Path) -> None:
     result = _ansible_debug("{{ 'No devices were found' | nvidia_smi_gpus }}", tmp_path)
     assert result.returncode != 0
     assert "sees no GPU" in result.stdout + result.stderr
+
+
+def test_the_query_command_is_the_one_the_parser_reads():
+    assert nvidia.nvidia_smi_query() == nvidia.QUERY_COMMAND
+    assert nvidia.nvidia_smi_query("/opt/my nvidia/nvidia-smi") == (
+        "'/opt/my nvidia/nvidia-smi' --query-gpu=" + ",".join(nvidia.QUERY_FIELDS) + " --format=csv,noheader,nounits"
+    )

@@ -23,7 +23,13 @@ import validate_overrides
 
 PROFILES = gpu_profile_names()
 DEFAULTS = REPO / "roles" / "train" / "defaults" / "main.yml"
-TEMPLATES = [REPO / "templates" / "train.sh.j2", REPO / "templates" / "train.env.j2"]
+MODELS = yaml.safe_load((REPO / "group_vars" / "all" / "model_architectures.yml").read_text())[
+    "stack_model_architectures"
+]
+TEMPLATES = [
+    REPO / "roles" / "train" / "templates" / "train.sh.j2",
+    REPO / "roles" / "train" / "templates" / "train.env.j2",
+]
 # Variables the seed recipe set that nothing reads.
 DEAD_VARIABLES = ("VLLM_DTYPE", "TRITON_MAX_SHARED_MEMORY")
 
@@ -37,6 +43,7 @@ def print_overrides(script: Path, *extra: str) -> list[str]:
 
 
 # -- the data ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", PROFILES)
 def test_profile_has_what_the_launcher_needs(name: str):
@@ -93,16 +100,20 @@ def test_every_default_is_documented_and_used():
 def test_templates_use_only_defined_variables():
     defined = set(yaml.safe_load(DEFAULTS.read_text()))
     for path in TEMPLATES:
-        used = set(re.findall(r"(?<![\w.])(train_\w+)", path.read_text()))
+        # (train_report.py is a file name, not a variable.)
+        used = set(re.findall(r"(?<![\w.])(train_\w+)\b(?!\.py)", path.read_text()))
         assert used <= defined, f"{path.name} uses undefined {sorted(used - defined)}"
 
 
 # -- syntax and lint ---------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", PROFILES)
 def test_rendered_files_pass_bash_n(name: str, rendered_launchers: dict[str, Path]):
     for file in ("train.sh", "train.env"):
-        done = subprocess.run(["bash", "-n", str(rendered_launchers[name] / file)], capture_output=True, text=True)
+        done = subprocess.run(
+            ["bash", "-n", str(rendered_launchers[name] / file)], capture_output=True, text=True, check=False
+        )
         assert done.returncode == 0, done.stderr
 
 
@@ -111,7 +122,9 @@ def test_rendered_files_pass_shellcheck(name: str, rendered_launchers: dict[str,
     if not shutil.which("shellcheck"):
         pytest.skip("shellcheck is not installed")
     directory = rendered_launchers[name]
-    done = subprocess.run(["shellcheck", "-x", "train.sh", "train.env"], cwd=directory, capture_output=True, text=True)
+    done = subprocess.run(
+        ["shellcheck", "-x", "train.sh", "train.env"], cwd=directory, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -122,6 +135,7 @@ def test_train_sh_is_executable(rendered_launchers: dict[str, Path]):
 
 
 # -- the override list -------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", PROFILES)
 def test_override_list_is_clean(name: str, rendered_launchers: dict[str, Path]):
@@ -152,8 +166,9 @@ def test_pascal_override_list_is_the_p40_set(rendered_launchers: dict[str, Path]
         "actor_rollout_ref.model.use_remove_padding=false",
         "critic.model.use_remove_padding=false",
         "actor_rollout_ref.actor.fsdp_config.param_offload=false",
-        "+actor_rollout_ref.rollout.micro_batch_size=16",
-        "data.val_batch_size=16",
+        # Computed for Qwen2.5-0.5B-Instruct on the profile's reference card (a P40).
+        "+actor_rollout_ref.rollout.micro_batch_size=64",
+        "data.val_batch_size=64",
         "trainer.resume_mode=auto",
     ):
         assert expected in overrides
@@ -175,20 +190,30 @@ def test_extra_arguments_come_last(rendered_launchers: dict[str, Path]):
 
 
 def test_unknown_option_is_refused(rendered_launchers: dict[str, Path]):
-    done = subprocess.run(["bash", str(rendered_launchers["pascal"] / "train.sh"), "--dryrun"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", str(rendered_launchers["pascal"] / "train.sh"), "--dryrun"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2
     assert "unknown option --dryrun" in done.stderr
 
 
 def test_variables_reach_the_override_list(tmp_path: Path):
-    render.render("pascal", tmp_path, {
-        "train_n_gpus_per_node": 2,
-        "train_total_training_steps": 12,
-        "train_model_path": "/models/my model",
-        "train_logger": ["console", "tensorboard"],
-        "train_extra_overrides": ["actor_rollout_ref.actor.optim.lr=5e-7"],
-    })
+    render.render(
+        "pascal",
+        tmp_path,
+        {
+            "train_n_gpus_per_node": 2,
+            "train_total_training_steps": 12,
+            "train_model_path": "/models/my model",
+            # A model render.py does not know: its config comes as a variable.
+            "train_model_config": MODELS["Qwen2.5-1.5B-Instruct"],
+            "train_logger": ["console", "tensorboard"],
+            "train_extra_overrides": ["actor_rollout_ref.actor.optim.lr=5e-7"],
+        },
+    )
     overrides = print_overrides(tmp_path / "train.sh")
     assert "trainer.n_gpus_per_node=2" in overrides
     assert "trainer.total_training_steps=12" in overrides
@@ -198,15 +223,140 @@ def test_variables_reach_the_override_list(tmp_path: Path):
     assert overrides[-1] == "actor_rollout_ref.actor.optim.lr=5e-7"
 
 
+def rollout_overrides(directory: Path) -> tuple[int, int]:
+    overrides = print_overrides(directory / "train.sh")
+    micro = [item for item in overrides if item.startswith("+actor_rollout_ref.rollout.micro_batch_size=")]
+    val = [item for item in overrides if item.startswith("data.val_batch_size=")]
+    return int(micro[0].split("=")[1]), int(val[0].split("=")[1])
+
+
+def test_rollout_micro_batch_follows_the_model_and_the_card(tmp_path: Path):
+    # 1.5B on a P40: 32 (tests/unit/test_rollout_sizing.py has the arithmetic).
+    render.render("pascal", tmp_path / "a", {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"]})
+    assert rollout_overrides(tmp_path / "a") == (32, 32)
+    # Two GPUs: 32 prompts each, validation in batches of one chunk per GPU.
+    render.render(
+        "pascal", tmp_path / "b", {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"], "train_n_gpus_per_node": 2}
+    )
+    assert rollout_overrides(tmp_path / "b") == (32, 64)
+    # The explicit variable wins.
+    render.render("pascal", tmp_path / "c", {"train_rollout_micro_batch_size": 16})
+    assert rollout_overrides(tmp_path / "c") == (16, 16)
+    # The header says where the figure came from.
+    text = (tmp_path / "a" / "train.sh").read_text()
+    assert "computed by filter_plugins/rollout.py" in text and "Sized for 22919 MiB" in text
+    assert "(train_rollout_micro_batch_size):" in (tmp_path / "c" / "train.sh").read_text()
+
+
+def test_a_host_s_gpus_set_the_memory_and_the_report_s_peak(tmp_path: Path):
+    # As preflight reports them: the smallest GPU sizes the rollout, the first names the card.
+    gpus = [
+        {"index": 0, "name": "Tesla P100-PCIE-16GB", "memory_mib": 16280, "compute_capability": "6.0"},
+        {"index": 1, "name": "Tesla P40", "memory_mib": 22919, "compute_capability": "6.1"},
+    ]
+    config = {"preflight_gpus": gpus, "train_model_config": MODELS["Qwen2.5-1.5B-Instruct"]}
+    render.render("pascal", tmp_path, {**config, "train_adv_estimator": "grpo"})
+    text = (tmp_path / "train.sh").read_text()
+    assert "Sized for 16280 MiB" in text
+    # 1.5B with a critic on 16 GB does not fit; GRPO (no critic) gives 32.
+    assert "--card 'Tesla P100-PCIE-16GB' --peak-tflops 9.34" in text
+    assert rollout_overrides(tmp_path) == (32, 32)
+
+
+def test_a_kl_term_counts_the_reference_model(tmp_path: Path):
+    config = {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"], "train_gpu_memory_mib": 24576}
+    render.render("pascal", tmp_path / "a", config)
+    render.render(
+        "pascal", tmp_path / "b", {**config, "train_extra_overrides": ["actor_rollout_ref.actor.use_kl_loss=True"]}
+    )
+    assert rollout_overrides(tmp_path / "a") == (32, 32)
+    assert rollout_overrides(tmp_path / "b") == (4, 4)
+
+
+def test_a_model_that_cannot_fit_stops_the_render(tmp_path: Path):
+    from ansible.errors import AnsibleError
+
+    with pytest.raises(AnsibleError, match="does not fit"):
+        render.render("pascal", tmp_path, {"train_model_config": MODELS["Qwen2.5-3B-Instruct"]})
+
+
+def test_render_cli_sizes_for_a_config_file_and_a_card(tmp_path: Path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(MODELS["Qwen2.5-1.5B-Instruct"]))
+    command = [sys.executable, str(REPO / "tools" / "render.py"), "--profile", "pascal", "--out", str(tmp_path / "a")]
+    done = subprocess.run([*command, "--model-config", str(config)], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert rollout_overrides(tmp_path / "a") == (32, 32)
+    done = subprocess.run(
+        [*command, "--model-config", str(config), "--gpu-memory-mib", "16384"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert "render.py:" in done.stderr and "does not fit" in done.stderr
+    done = subprocess.run(
+        [*command, "--var", "train_model_path=/m/Unknown-7B"], check=False, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert "--model-config FILE" in done.stderr
+
+
+def test_model_and_data_paths_are_the_layers_output_directories(tmp_path: Path):
+    """train.sh names the directory the model layer fills (model_dir) and the data layer's
+    output (data_output_dir): changing model_name, model_dir or data_output_dir moves the
+    launcher with them. With a literal path, another model_name left the launcher pointing
+    at a directory no layer wrote."""
+    render.render("pascal", tmp_path / "a", {"model_name": "Qwen/Qwen2.5-1.5B-Instruct"})
+    overrides = print_overrides(tmp_path / "a" / "train.sh")
+    assert "actor_rollout_ref.model.path=/home/verl/verl-p40/models/Qwen2.5-1.5B-Instruct" in overrides
+    assert "critic.model.path=/home/verl/verl-p40/models/Qwen2.5-1.5B-Instruct" in overrides
+
+    # A path that names no known architecture: the rollout is sized from the given config.
+    config = yaml.safe_load((REPO / "group_vars" / "all" / "model_architectures.yml").read_text())
+    config = config["stack_model_architectures"]["Qwen2.5-0.5B-Instruct"]
+    render.render(
+        "pascal",
+        tmp_path / "b",
+        {"model_dir": "/srv/models/m", "data_output_dir": "/srv/data/g", "train_model_config": config},
+    )
+    overrides = print_overrides(tmp_path / "b" / "train.sh")
+    assert "actor_rollout_ref.model.path=/srv/models/m" in overrides
+    assert "data.train_files=/srv/data/g/train.parquet" in overrides
+    assert "data.val_files=/srv/data/g/test.parquet" in overrides
+
+
+def test_train_role_derives_its_paths_from_the_layers():
+    defaults = yaml.safe_load(DEFAULTS.read_text())
+    assert defaults["train_model_path"] == "{{ model_dir }}"
+    assert defaults["train_data_dir"] == "{{ data_output_dir }}"
+
+
 def test_render_cli(tmp_path: Path):
-    done = subprocess.run([sys.executable, str(REPO / "tools" / "render.py"),
-                           "--profile", "pascal", "--out", str(tmp_path), "--var", "train_work_dir=/srv/run"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "render.py"),
+            "--profile",
+            "pascal",
+            "--out",
+            str(tmp_path),
+            "--var",
+            "train_work_dir=/srv/run",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "cd /srv/run" in (tmp_path / "train.sh").read_text()
     assert "trainer.default_local_dir=/srv/run/checkpoints/gsm8k-gae-pascal" in (tmp_path / "train.sh").read_text()
-    done = subprocess.run([sys.executable, str(REPO / "tools" / "render.py"),
-                           "--profile", "kepler", "--out", str(tmp_path)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "render.py"), "--profile", "kepler", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 1
     assert "unknown profile 'kepler'" in done.stderr and "pascal" in done.stderr
 
@@ -247,21 +397,36 @@ def launcher(tmp_path: Path) -> dict[str, Path]:
     work = tmp_path / "work"
     work.mkdir()
     out = tmp_path / "launcher"
-    render.render("pascal", out, {
-        "train_conda_prefix": str(conda),
-        "train_conda_env": "p40-env",
-        "train_cuda_env_script": str(cuda_script),
-        "train_work_dir": str(work),
-    })
+    render.render(
+        "pascal",
+        out,
+        {
+            "train_conda_prefix": str(conda),
+            "train_conda_env": "p40-env",
+            "train_cuda_env_script": str(cuda_script),
+            "train_work_dir": str(work),
+        },
+    )
     return {"script": out / "train.sh", "work": work, "logs": work / "logs", "record": tmp_path / "record"}
 
 
 def run_launcher(launcher: dict[str, Path], *args: str, fail_with: int = 0) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(launcher["work"]), "FAKE_RECORD": str(launcher["record"]),
-           "FAKE_EXIT": str(fail_with)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(launcher["work"]),
+        "FAKE_RECORD": str(launcher["record"]),
+        "FAKE_EXIT": str(fail_with),
+    }
     # Started from another directory: the launcher must find train.env itself.
-    return subprocess.run(["bash", str(launcher["script"]), *args], cwd="/", env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(launcher["script"]), *args],
+        cwd="/",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def recorded(launcher: dict[str, Path]) -> tuple[list[str], dict[str, str]]:
@@ -276,8 +441,13 @@ def test_train_runs_verl_in_the_env_and_logs(launcher: dict[str, Path]):
     args, env = recorded(launcher)
     assert args[:2] == ["-m", "verl.trainer.main_ppo"]
     assert args[2:] == print_overrides(launcher["script"], "trainer.total_epochs=3")
-    assert env == {"PWD": str(launcher["work"]), "CUDA_HOME": "/fake/cuda-11.8", "TORCHDYNAMO_DISABLE": "1",
-                   "PYTHONUNBUFFERED": "1", "CONDA_DEFAULT_ENV": "p40-env"}
+    assert env == {
+        "PWD": str(launcher["work"]),
+        "CUDA_HOME": "/fake/cuda-11.8",
+        "TORCHDYNAMO_DISABLE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "CONDA_DEFAULT_ENV": "p40-env",
+    }
     (log,) = launcher["logs"].iterdir()
     assert re.fullmatch(r"train-\d{8}-\d{6}\.log", log.name)
     assert "step:1 - fake training output" in log.read_text()
@@ -313,3 +483,81 @@ def test_validator_reads_the_same_list(launcher: dict[str, Path]):
     run_launcher(launcher)
     args, _ = recorded(launcher)
     assert json.dumps(args[2:]) == json.dumps(print_overrides(launcher["script"]))
+
+
+def test_report_runs_the_report_tool_on_the_newest_log(launcher: dict[str, Path]):
+    launcher["logs"].mkdir()
+    (launcher["logs"] / "train-20260101-000000.log").write_text("old\n")
+    (launcher["logs"] / "train-20260102-000000.log").write_text("new\n")
+    done = run_launcher(launcher, "--report")
+    assert done.returncode == 0, done.stderr
+    args, env = recorded(launcher)
+    newest = str(launcher["logs"] / "train-20260102-000000.log")
+    assert args[0] == "/home/verl/verl-p40/tools/train_report.py"
+    assert args[-1] == newest
+    assert args[args.index("--plot") + 1] == newest + ".png"
+    assert args[args.index("--card") + 1] == "Tesla P40"
+    assert args[args.index("--peak-tflops") + 1] == "11.76"
+    assert args[args.index("--gpus") + 1] == "1"
+    assert args[args.index("--model-config") + 1] == "/home/verl/verl-p40/models/Qwen2.5-0.5B-Instruct/config.json"
+    # The report runs in the training env (train.env sourced), and trains nothing.
+    assert env["CONDA_DEFAULT_ENV"] == "p40-env"
+    assert len(list(launcher["logs"].iterdir())) == 2
+
+
+def test_report_takes_a_relative_log_and_refuses_two(launcher: dict[str, Path], tmp_path: Path):
+    log = tmp_path / "mine.log"
+    log.write_text("step:1 - x:1\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(launcher["work"]), "FAKE_RECORD": str(launcher["record"])}
+    done = subprocess.run(
+        ["bash", str(launcher["script"]), "--report", "mine.log"],
+        cwd=tmp_path,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    args, _ = recorded(launcher)
+    assert args[-1] == str(log)
+    done = run_launcher(launcher, "--report", "a.log", "b.log")
+    assert done.returncode == 2
+    assert "--report takes one log file" in done.stderr
+
+
+def test_report_without_logs_says_so(launcher: dict[str, Path]):
+    done = run_launcher(launcher, "--report")
+    assert done.returncode == 1
+    assert "no train-*.log in" in done.stderr
+    assert not Path(str(launcher["record"]) + ".args").exists()
+
+
+def test_profiles_say_what_ran_where():
+    # No profile claims a card it never ran on; each claim names the file its run wrote.
+    for name, profile in profiles().items():
+        assert "tested_on_hardware" not in profile, name
+        for run in profile["validated"]:
+            assert (REPO / run["evidence"]).is_file(), (name, run["evidence"])
+    pascal = profiles()["pascal"]["validated"]
+    assert pascal and all("H200" in run["where"] and "never on a P40" in run["where"] for run in pascal)
+    broken = dict(profiles()["pascal"], validated=[dict(pascal[0], evidence="tests/gpu/results/missing.txt")])
+    assert any("validated" in problem for problem in render.profile_problems("pascal", broken))
+
+
+def test_list_profiles_prints_the_validation(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "render.py"), "--list-profiles"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "validated: never run on any GPU" in done.stdout
+    assert "on an NVIDIA H200" in done.stdout and "never on a P40" in done.stdout
+    assert "tested" not in done.stdout.replace("untested", "")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "render.py"), "--profile", "pascal", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "render.py: profile pascal: validated:" in done.stderr and "never on a P40" in done.stderr

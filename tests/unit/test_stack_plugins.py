@@ -1,8 +1,9 @@
-"""The artifact filter and the disk_space module."""
+"""The artifact and pip check filters, and the disk_space module."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "filter_plugins"))
 sys.path.insert(0, str(REPO / "library"))
 import disk_space  # noqa: E402
-from stack import stack_artifact  # noqa: E402
+from stack import pip_check_problems, stack_artifact  # noqa: E402
 
 MANIFEST = yaml.safe_load((REPO / "group_vars/all/artifacts.yml").read_text())["stack_artifacts"]
 
@@ -39,18 +40,22 @@ def test_manifest_pins_stack_md_checksums():
 
 
 def test_mirror_and_overrides():
-    entry = stack_artifact(MANIFEST, "cudnn_archive", {"cudnn_archive": {"file": "x.tar.xz", "sha256": "A" * 64}},
-                           "http://127.0.0.1:1/m/")
+    entry = stack_artifact(
+        MANIFEST, "cudnn_archive", {"cudnn_archive": {"file": "x.tar.xz", "sha256": "A" * 64}}, "http://127.0.0.1:1/m/"
+    )
     assert entry["source"] == "http://127.0.0.1:1/m/x.tar.xz"
     assert entry["sha256"] == "a" * 64
     assert entry["url"] == MANIFEST["cudnn_archive"]["url"]
 
 
-@pytest.mark.parametrize("override, message", [
-    ({"sha256": "123"}, "is not 64 hex digits"),
-    ({"file": "../etc/passwd"}, "must be a plain file name"),
-    ({"url": ""}, "has no url"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"sha256": "123"}, "is not 64 hex digits"),
+        ({"file": "../etc/passwd"}, "must be a plain file name"),
+        ({"url": ""}, "has no url"),
+    ],
+)
 def test_bad_entries(override, message):
     with pytest.raises(AnsibleFilterError, match=message):
         stack_artifact(MANIFEST, "cuda_runfile", {"cuda_runfile": override})
@@ -63,10 +68,74 @@ def test_unknown_key():
 
 def test_disk_space_adds_up_paths_on_one_filesystem(tmp_path):
     free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize / disk_space.GIB
-    reqs = [{"path": str(tmp_path / "not/yet/there"), "min_free_gb": free * 0.6},
-            {"path": str(tmp_path), "min_free_gb": free * 0.6}]
+    reqs = [
+        {"path": str(tmp_path / "not/yet/there"), "min_free_gb": free * 0.6},
+        {"path": str(tmp_path), "min_free_gb": free * 0.6},
+    ]
     filesystems, shortfalls = disk_space.check(reqs)
     assert len(filesystems) == 1 and len(shortfalls) == 1
     assert "needs %.1f GiB" % (free * 1.2) in shortfalls[0]
     _, none = disk_space.check(reqs[:1])
     assert none == []
+
+
+# -- pip check: its exit status and stderr count, not only its findings -------
+
+CLEAN = {"rc": 0, "stdout": "No broken requirements found.\n", "stderr": ""}
+FINDING = "ray 2.43.0 has requirement click>=7.0, but you have click 6.0."
+
+
+@pytest.mark.parametrize(
+    "result, allowed",
+    [
+        (CLEAN, []),
+        ({"rc": 0, "stdout": "No broken requirements found.", "stderr": "WARNING: cache dir not writable\n"}, []),
+        ({"rc": 1, "stdout": FINDING + "\n", "stderr": ""}, [r"^ray \S+ has requirement click"]),
+    ],
+)
+def test_pip_check_passes(result, allowed):
+    assert pip_check_problems(result, allowed) == []
+
+
+@pytest.mark.parametrize(
+    "result, message",
+    [
+        # Each of these passed the old check, which read only stdout's findings.
+        ({"rc": 1, "stdout": "", "stderr": "/env/bin/python: No module named pip"}, "without reporting a finding"),
+        ({"rc": 127, "stdout": "", "stderr": "sh: 1: /env/bin/python: not found"}, "did not run (exit 127)"),
+        (
+            {"rc": 1, "stdout": "", "stderr": "Traceback (most recent call last):\nImportError: cannot import name"},
+            "pip check wrote errors: Traceback",
+        ),
+        ({"rc": 0, "stdout": "", "stderr": ""}, "without its all-clear"),
+        ({"rc": 1, "stdout": FINDING, "stderr": "Traceback (most recent call last):"}, "wrote errors"),
+        # And findings nobody accepted, as before.
+        ({"rc": 1, "stdout": FINDING, "stderr": ""}, "pip check found: " + FINDING),
+        ({"rc": 1, "stdout": "torch 2.6.0 requires triton, which is not installed.", "stderr": ""}, "found: torch"),
+        ({"rc": 1, "stdout": "Segmentation fault", "stderr": ""}, "never prints: Segmentation fault"),
+    ],
+)
+def test_pip_check_fails(result, message):
+    problems = pip_check_problems(result, [r"^nothing-matches-this"])
+    assert any(message in problem for problem in problems), problems
+
+
+def test_pip_check_of_an_env_without_pip_fails(tmp_path):
+    """A real env whose pip is missing: the old check saw no finding and passed."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")], check=True)
+    done = subprocess.run(
+        [str(tmp_path / "env" / "bin" / "python"), "-m", "pip", "check"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    result = {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    assert pip_check_problems(result, []) != []
+
+
+def test_pip_check_of_a_real_env(tmp_path):
+    """pip's own output in this interpreter's env parses as pip check output."""
+    done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, check=False)
+    result = {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    lines = [line for line in done.stdout.splitlines() if line]
+    # Whatever this env holds, every line is pip's all-clear or a finding the filter reads.
+    assert not [p for p in pip_check_problems(result, [".*"]) if "never prints" in p or "did not run" in p]
+    assert lines

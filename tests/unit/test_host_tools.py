@@ -1,0 +1,70 @@
+"""tests/fixtures/host_tools.py: the one list of host programs that .ci/run installs and checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+import host_tools  # noqa: E402
+
+TOOL = ROOT / "tests" / "fixtures" / "host_tools.py"
+
+
+def test_catatonit_is_installed_and_checked():
+    # The package a fresh machine lacked: podman's --init binary, a Recommends.
+    assert "catatonit" in host_tools.packages()
+    gone = host_tools.missing(which=lambda name: "/usr/bin/" + name, exists=lambda path: False)
+    assert [(program, package) for program, package, _ in gone] == [("/usr/libexec/podman/catatonit", "catatonit")]
+
+
+def test_nothing_missing_when_all_present():
+    assert host_tools.missing(which=lambda name: "/usr/bin/" + name, exists=lambda path: True) == []
+
+
+def test_check_names_the_missing_package(tmp_path):
+    # An empty PATH: every program on PATH is missing; the message names each package.
+    result = subprocess.run(
+        [sys.executable, str(TOOL), "check"], capture_output=True, text=True, env={"PATH": str(tmp_path)}, check=False
+    )
+    assert result.returncode == 1
+    assert "missing podman (Debian package podman" in result.stderr
+    assert "missing g++-11 (Debian package g++-11" in result.stderr
+    assert "apt-get install --no-install-recommends" in result.stderr
+
+
+def test_ci_installs_and_checks_the_same_list():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "host_tools.py packages" in ci and "host_tools.py check" in ci
+    assert ci.index("host_tools.py check") < ci.index("step setup")
+    out = subprocess.run([sys.executable, str(TOOL), "packages"], capture_output=True, text=True, check=True).stdout
+    assert out.split() == host_tools.packages()
+
+
+def test_ci_runs_every_step_of_make_test():
+    # .ci/run runs make test's prerequisites one by one (to time them): none may be left out.
+    makefile = (ROOT / "Makefile").read_text()
+    targets = next(line for line in makefile.splitlines() if line.startswith("test:")).split(":")[1].split("##")[0]
+    ci = (ROOT / ".ci" / "run").read_text()
+    for target in targets.split():
+        assert "make %s\n" % target in ci, target
+
+
+def test_ci_timings_file(tmp_path):
+    steps = tmp_path / "steps"
+    steps.write_text("packages 20 0.52\nunit 200\n")
+    out = tmp_path / "ci.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / ".ci" / "timings.py"), str(steps), "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    record = json.loads(out.read_text())
+    assert record["steps"] == [
+        {"step": "packages", "seconds": 20, "load_average": 0.52},
+        {"step": "unit", "seconds": 200},
+    ]
+    assert record["total_seconds"] == 220 and record["machine"]["cores"] >= 1

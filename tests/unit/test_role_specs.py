@@ -1,0 +1,306 @@
+"""Every role's meta/argument_specs.yml and defaults/main.yml name the same options, with the same defaults.
+
+The spec is what validates input and what the role READMEs are generated from (tools/role_docs.py);
+defaults/main.yml is what the role runs with. An option in one and not the other, or a default the
+two disagree on, documents a role that does not exist. Values are compared as raw YAML: a templated
+default ("{{ stack_work_dir }}/apex") must be the same string in both files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = sorted(
+    path
+    for path in (REPO / "roles").iterdir()
+    if (path / "defaults" / "main.yml").is_file() or (path / "meta" / "argument_specs.yml").is_file()
+)
+
+# What each spec type accepts as a (non-templated) default; bool is no int here, as YAML keeps them apart.
+TYPE_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "path": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "list": lambda v: isinstance(v, list),
+    "dict": lambda v: isinstance(v, dict),
+    "raw": lambda v: True,
+}
+
+
+def load_defaults(role: Path) -> dict[str, Any]:
+    """The role's options from defaults/main.yml: private names (__x) are internals, not options."""
+    path = role / "defaults" / "main.yml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return {name: value for name, value in (data or {}).items() if not name.startswith("__")}
+
+
+def load_entry_points(role: Path) -> dict[str, dict[str, Any]]:
+    path = role / "meta" / "argument_specs.yml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return (data or {}).get("argument_specs") or {}
+
+
+def same(a: Any, b: Any) -> bool:
+    # JSON keeps true apart from 1 and 1 from 1.0, which == does not.
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def templated(value: Any) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def value_problems(where: str, spec: dict[str, Any], value: Any) -> list[str]:
+    """Does a default fit its spec (type, elements, choices, sub-options)? Templates are not judged."""
+    if value is None or templated(value):
+        return []
+    kind = spec.get("type", "str")
+    if not TYPE_CHECKS.get(kind, lambda v: False)(value):
+        return ["%s: default %r is not a %s" % (where, value, kind)]
+    if "choices" in spec and value not in spec["choices"]:
+        return ["%s: default %r is not one of its choices %s" % (where, value, spec["choices"])]
+    problems: list[str] = []
+    if kind == "list":
+        element = {"type": spec.get("elements", "raw"), "options": spec.get("options")}
+        for index, item in enumerate(value):
+            problems += value_problems("%s[%d]" % (where, index), element, item)
+    elif kind == "dict" and spec.get("options"):
+        for name in value:
+            if name not in spec["options"]:
+                problems.append("%s: key %s is not among its options" % (where, name))
+        for name, sub in spec["options"].items():
+            if name in value:
+                problems += value_problems("%s.%s" % (where, name), sub, value[name])
+            elif sub.get("required"):
+                problems.append("%s: lacks the required key %s" % (where, name))
+    return problems
+
+
+def option_problems(where: str, spec: dict[str, Any]) -> list[str]:
+    """What every documented option carries: a description, a type, the element type of a list."""
+    problems = []
+    description = spec.get("description")
+    if isinstance(description, list):
+        description = " ".join(description)
+    if not isinstance(description, str) or not description.strip():
+        problems.append("%s has no description" % where)
+    if "type" not in spec:
+        problems.append("%s has no type" % where)
+    elif spec["type"] not in TYPE_CHECKS:
+        problems.append("%s has the unknown type %s" % (where, spec["type"]))
+    if spec.get("type") == "list" and "elements" not in spec:
+        problems.append("%s is a list without elements" % where)
+    for name, sub in (spec.get("options") or {}).items():
+        problems += option_problems("%s.%s" % (where, name), sub)
+    return problems
+
+
+def spec_problems(defaults: dict[str, Any], entry_points: dict[str, dict[str, Any]]) -> list[str]:
+    """Every way the spec and defaults/main.yml disagree, as sentences naming the option."""
+    problems = []
+    if defaults and "main" not in entry_points:
+        problems.append("no main entry point, but defaults/main.yml has options")
+    main_options = (entry_points.get("main") or {}).get("options") or {}
+    for name in defaults:
+        if name not in main_options:
+            problems.append("%s is in defaults/main.yml but not among the main entry point's options" % name)
+    for entry, entry_spec in entry_points.items():
+        for name, spec in ((entry_spec or {}).get("options") or {}).items():
+            where = "%s (entry point %s)" % (name, entry)
+            problems += option_problems(where, spec)
+            if name in defaults:
+                if spec.get("required"):
+                    problems.append("%s is required, but defaults/main.yml gives it a default" % where)
+                if "default" not in spec:
+                    problems.append("%s has no default, but defaults/main.yml has %r" % (where, defaults[name]))
+                elif not same(spec["default"], defaults[name]):
+                    problems.append(
+                        "%s: the spec's default %r differs from defaults/main.yml's %r"
+                        % (where, spec["default"], defaults[name])
+                    )
+                problems += value_problems(where, spec, defaults[name])
+            elif not spec.get("required"):
+                problems.append("%s is neither in defaults/main.yml nor required" % where)
+            elif "default" in spec:
+                problems.append("%s is required and has a default" % where)
+    return problems
+
+
+def test_every_role_is_checked():
+    names = [role.name for role in ROLES]
+    assert "train" in names and "stack_artifact" in names, names
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_spec_matches_defaults(role: Path):
+    problems = spec_problems(load_defaults(role), load_entry_points(role))
+    assert not problems, "roles/%s:\n  %s" % (role.name, "\n  ".join(problems))
+
+
+# The checks themselves, on broken pairs: each must be caught.
+GOOD_DEFAULTS = {"x_dir": "{{ stack_work_dir }}/x", "x_jobs": 0, "x_mode": "a", "x_flags": ["-a"]}
+GOOD_SPEC = {
+    "main": {
+        "options": {
+            "x_dir": {"type": "path", "default": "{{ stack_work_dir }}/x", "description": "Where x goes."},
+            "x_jobs": {"type": "int", "default": 0, "description": "Jobs."},
+            "x_mode": {"type": "str", "choices": ["a", "b"], "default": "a", "description": "Mode."},
+            "x_flags": {"type": "list", "elements": "str", "default": ["-a"], "description": "Flags."},
+            "x_key": {"type": "str", "required": True, "description": "A key the caller gives."},
+        }
+    }
+}
+
+
+def broken(change) -> list[str]:
+    defaults = json.loads(json.dumps(GOOD_DEFAULTS))
+    spec = json.loads(json.dumps(GOOD_SPEC))
+    change(defaults, spec["main"]["options"])
+    return spec_problems(defaults, spec)
+
+
+def test_a_matching_pair_passes():
+    assert spec_problems(GOOD_DEFAULTS, GOOD_SPEC) == []
+
+
+def test_private_names_are_not_options(tmp_path: Path):
+    (tmp_path / "defaults").mkdir()
+    (tmp_path / "defaults" / "main.yml").write_text("x_jobs: 0\n__x_internal: 1\n")
+    assert load_defaults(tmp_path) == {"x_jobs": 0}
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda d, o: d.update(x_new=1), "x_new is in defaults/main.yml but not among"),
+        (lambda d, o: o["x_jobs"].pop("default"), "x_jobs (entry point main) has no default"),
+        (lambda d, o: o["x_jobs"].update(default=1), "differs from defaults/main.yml's 0"),
+        (lambda d, o: o["x_jobs"].update(default=False), "differs from defaults/main.yml's 0"),
+        (lambda d, o: o["x_dir"].update(default="{{ stack_work_dir }}/y"), "x_dir (entry point main): the spec's"),
+        (lambda d, o: o["x_key"].pop("required"), "x_key (entry point main) is neither in defaults"),
+        (lambda d, o: o.update(x_gone={"type": "str", "description": "Old."}), "x_gone (entry point main) is neither"),
+        (lambda d, o: o["x_key"].update(default="k"), "x_key (entry point main) is required and has a default"),
+        (lambda d, o: o["x_jobs"].update(required=True), "x_jobs (entry point main) is required, but"),
+        (lambda d, o: o["x_jobs"].pop("description"), "x_jobs (entry point main) has no description"),
+        (lambda d, o: o["x_jobs"].pop("type"), "x_jobs (entry point main) has no type"),
+        (lambda d, o: o["x_flags"].pop("elements"), "x_flags (entry point main) is a list without elements"),
+        (lambda d, o: (d.update(x_jobs="4"), o["x_jobs"].update(default="4")), "default '4' is not a int"),
+        (lambda d, o: (d.update(x_mode="c"), o["x_mode"].update(default="c")), "is not one of its choices"),
+        (lambda d, o: (d.update(x_flags=[1]), o["x_flags"].update(default=[1])), "x_flags (entry point main)[0]"),
+    ],
+)
+def test_each_disagreement_is_caught(change, expected):
+    problems = broken(change)
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_another_entry_point_needs_defaults_or_required():
+    spec = dict(GOOD_SPEC, extra={"options": {"x_other": {"type": "str", "description": "Only here."}}})
+    assert spec_problems(GOOD_DEFAULTS, spec) == [
+        "x_other (entry point extra) is neither in defaults/main.yml nor required"
+    ]
+
+
+def test_dict_elements_follow_their_options():
+    spec = {
+        "main": {
+            "options": {
+                "x_req": {
+                    "type": "list",
+                    "elements": "dict",
+                    "default": [{"path": "/a"}],
+                    "description": "Requirements.",
+                    "options": {
+                        "path": {"type": "str", "required": True, "description": "A path."},
+                        "min_free_gb": {"type": "float", "required": True, "description": "GiB."},
+                    },
+                }
+            }
+        }
+    }
+    problems = spec_problems({"x_req": [{"path": "/a"}]}, spec)
+    assert problems == ["x_req (entry point main)[0]: lacks the required key min_free_gb"]
+
+
+def run_layer_specs(tmp_path: Path, extra_vars: dict[str, Any], roles: list[str]) -> subprocess.CompletedProcess:
+    """Preflight's check of every layer's spec (roles/preflight/tasks/layer_specs.yml), run by Ansible with
+    the pascal profile and the defaults of the given roles, the way a play of those roles has them."""
+    playbook = tmp_path / "layer_specs.yml"
+    play = {
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars_files": [str(REPO / "roles" / name / "defaults" / "main.yml") for name in roles],
+        "tasks": [
+            {
+                "name": "Choose the profile, as preflight does",
+                "ansible.builtin.set_fact": {
+                    "preflight_profile": "{{ stack_gpu_profiles['pascal'] | combine({'name': 'pascal'}) }}"
+                },
+            },
+            {
+                "name": "Check every layer's inputs",
+                "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "layer_specs.yml"},
+            },
+        ],
+    }
+    playbook.write_text(yaml.safe_dump([play]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(REPO / "inventory" / "hosts.yml")]
+    command += ["-l", "localhost", str(playbook), "-e", "ansible_python_interpreter=" + sys.executable]
+    command += ["-e", json.dumps(extra_vars)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
+
+
+def test_ansible_accepts_every_default_and_refuses_a_bad_value(tmp_path: Path):
+    # Ansible's own validator, on the templated defaults: a type or choice the real value does not fit fails here.
+    every_role = [role.name for role in ROLES]
+    good = run_layer_specs(tmp_path, {}, every_role)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "item=train" in good.stdout
+    bad = run_layer_specs(tmp_path, {"train_batch_size": "many", "vllm_enabled": "perhaps"}, every_role)
+    assert bad.returncode != 0
+    assert "train_batch_size" in bad.stdout and "vllm_enabled" in bad.stdout, bad.stdout
+
+
+def test_layers_outside_the_play_are_not_judged_by_their_spec_defaults(tmp_path: Path):
+    # site.yml's first play holds preflight, cuda and cudnn only: the later layers' spec defaults (vllm_enabled's
+    # expression, train_profile's) are untemplated text there, which must not be validated as values.
+    run = run_layer_specs(tmp_path, {}, ["preflight", "cuda", "cudnn"])
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _tasks(tasks: list[dict[str, Any]] | None):
+    for task in tasks or []:
+        yield task
+        for key in ("block", "rescue", "always"):
+            yield from _tasks(task.get(key))
+
+
+@pytest.mark.parametrize(
+    "role", [path for path in ROLES if (path / "vars" / "main.yml").is_file()], ids=lambda p: p.name
+)
+def test_no_task_registers_over_a_var(role: Path) -> None:
+    # A registered result outranks role vars: `register: __x` over a var __x silently replaces the
+    # value every later task reads (cudnn's file list became a find result and its record failed).
+    # Task-level vars outrank a registered result: a `vars:` __x on one task hides a register __x.
+    tasks = [
+        (path, task)
+        for path in sorted((role / "tasks").glob("*.yml"))
+        for task in _tasks(yaml.safe_load(path.read_text()))
+    ]
+    role_vars = set(yaml.safe_load((role / "vars" / "main.yml").read_text()) or {})
+    role_vars |= {name for _, task in tasks for name in (task.get("vars") or {})}
+    shadowed = [
+        f"{path.relative_to(REPO)}: {task['register']}" for path, task in tasks if task.get("register") in role_vars
+    ]
+    assert not shadowed, f"tasks register over the role's vars (vars/main.yml or a task's vars): {shadowed}"
