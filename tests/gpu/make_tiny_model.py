@@ -54,14 +54,37 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
-TINY = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=2048, rope_theta=10000.0)
+TINY = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    rope_theta=10000.0,
+)
 # Qwen2.5-0.5B-Instruct's config.json, less its token ids and dtype.
-QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                  num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0,
-                  vocab_size=151936, max_window_layers=21, sliding_window=32768, use_sliding_window=False)
-COMMON = dict(hidden_act="silu", rms_norm_eps=1e-6, tie_word_embeddings=True, attention_dropout=0.0,
-              initializer_range=0.02, use_cache=True)
+QWEN25_05B = dict(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    vocab_size=151936,
+    max_window_layers=21,
+    sliding_window=32768,
+    use_sliding_window=False,
+)
+COMMON = dict(
+    hidden_act="silu",
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    attention_dropout=0.0,
+    initializer_range=0.02,
+    use_cache=True,
+)
 
 
 def corpus(rows: int) -> list[str]:
@@ -80,8 +103,12 @@ def train_tokenizer(vocab_size: int, rows: int):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(corpus(rows), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
@@ -102,14 +129,16 @@ def build(out: Path, qwen05b_arch: bool, vocab_size: int, rows: int, seed: int) 
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     shapes = dict(QWEN25_05B) if qwen05b_arch else dict(TINY, vocab_size=-(-len(tokenizer) // 64) * 64)
-    config = Qwen2Config(**shapes, **COMMON, bos_token_id=pad_id, eos_token_id=eos_id, pad_token_id=pad_id,
-                         torch_dtype="float32")
+    config = Qwen2Config(
+        **shapes, **COMMON, bos_token_id=pad_id, eos_token_id=eos_id, pad_token_id=pad_id, torch_dtype="float32"
+    )
     torch.manual_seed(seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.device(device):
         model = Qwen2ForCausalLM(config).float()
-    model.generation_config = GenerationConfig(bos_token_id=pad_id, eos_token_id=[eos_id, pad_id],
-                                               pad_token_id=pad_id, do_sample=True)
+    model.generation_config = GenerationConfig(
+        bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=True
+    )
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
@@ -122,12 +151,22 @@ def build(out: Path, qwen05b_arch: bool, vocab_size: int, rows: int, seed: int) 
         "tokenizer_vocab": len(tokenizer),
         "config_vocab": config.vocab_size,
         "made_on": device,
-        **{key: shapes[key] for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                         "num_key_value_heads", "intermediate_size")},
+        **{
+            key: shapes[key]
+            for key in (
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "intermediate_size",
+            )
+        },
     }
     (out / "MADE_BY").write_text(
         "tests/gpu/make_tiny_model.py: random weights, locally trained tokenizer; not a trained model.\n"
-        + json.dumps(summary, indent=2) + "\n")
+        + json.dumps(summary, indent=2)
+        + "\n"
+    )
     return summary
 
 
@@ -137,8 +176,9 @@ def check(out: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(out)
     AutoConfig.from_pretrained(out)
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}],
-                                           add_generation_prompt=True, tokenize=False)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], add_generation_prompt=True, tokenize=False
+    )
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     assert tokenizer.decode(ids) == prompt, (tokenizer.decode(ids), prompt)
     assert prompt.endswith("<|im_start|>assistant\n"), prompt
@@ -148,8 +188,11 @@ def check(out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
-    parser.add_argument("--qwen05b-arch", action="store_true",
-                        help="Qwen2.5-0.5B-Instruct's exact architecture (random fp32 weights, ~2 GB)")
+    parser.add_argument(
+        "--qwen05b-arch",
+        action="store_true",
+        help="Qwen2.5-0.5B-Instruct's exact architecture (random fp32 weights, ~2 GB)",
+    )
     parser.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary to train (tokenizer)")
     parser.add_argument("--corpus-rows", type=int, default=512, help="fixture rows per seed to train it on")
     parser.add_argument("--seed", type=int, default=0)

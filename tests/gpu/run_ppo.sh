@@ -13,9 +13,10 @@
 # unpacked, patched by library/verl_patch.py with the pascal profile's
 # patch_fixes (tests/gpu/patch_verl.py) and pip-installed --no-deps -e, as the
 # verl role does; the data is tests/fixtures/gsm8k_fixture.py converted by
-# tools/gsm8k_to_verl.py; the launcher is templates/train.sh.j2 and
-# train.env.j2 rendered by tools/render.py for the pascal profile, with only
-# paths, the memory hook's variables and the stand-ins below changed.
+# roles/data/files/gsm8k_to_verl.py; the launcher is the train role's
+# templates/train.sh.j2 and train.env.j2 rendered by tools/render.py for the
+# pascal profile, with only paths, the memory hook's variables and the
+# stand-ins below changed.
 #
 # Stand-ins (the host layers that this machine does not have): train.env
 # sources the cuda layer's script and activates a conda env. Here the CUDA
@@ -40,6 +41,10 @@ DATA=$WORK/data/gsm8k
 SMOKE_STEPS=${SMOKE_STEPS:-12}
 MEMORY_STEPS=${MEMORY_STEPS:-3}
 MEMORY_EXTRA=${MEMORY_EXTRA:-}
+# Prefix of the memory run's result files in $OUT (memory-kl for a second run with a KL term).
+MEMORY_NAME=${MEMORY_NAME:-memory}
+# 1: the run report also draws its PNG ($OUT/<name>-report.png); $OUT brings back 8 files at most.
+MEMORY_PLOT=${MEMORY_PLOT:-1}
 # Wall-clock limits of the two training runs (the device runs a command for 10 minutes at most).
 SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-420}
 MEMORY_TIMEOUT=${MEMORY_TIMEOUT:-480}
@@ -98,7 +103,7 @@ EOF
 make_data() {  # tokenizer model dir
   if [ ! -f "$DATA/train.parquet" ]; then
     python3 tests/fixtures/gsm8k_fixture.py --out "$WORK/gsm8k-src" --train-rows 768 --test-rows 32
-    python3 tools/gsm8k_to_verl.py --source "$WORK/gsm8k-src" --out "$DATA" --tokenizer "$1" \
+    python3 roles/data/files/gsm8k_to_verl.py --source "$WORK/gsm8k-src" --out "$DATA" --tokenizer "$1" \
       --expect-train-rows 768 --expect-test-rows 32 --fail-on-overlong
   fi
 }
@@ -132,9 +137,9 @@ recipe() {
     (cd "$WORK" && VLLM_DTYPE=float32 TRITON_MAX_SHARED_MEMORY=49152 python3 -m verl.trainer.main_ppo --cfg job "${recipe_overrides[@]}") || status=$?
     echo "== exit status $status"
     echo
-    echo "== tools/validate_overrides.py --overrides-file tests/gpu/original_recipe.txt (every refusal at once)"
+    echo "== roles/train/files/validate_overrides.py --overrides-file tests/gpu/original_recipe.txt (every refusal at once)"
     status=0
-    python3 tools/validate_overrides.py --verl "$VERL" --overrides-file tests/gpu/original_recipe.txt || status=$?
+    python3 roles/train/files/validate_overrides.py --verl "$VERL" --overrides-file tests/gpu/original_recipe.txt || status=$?
     echo "== exit status $status"
     echo
     echo "== actor_rollout_ref.rollout.max_num_seqs alone: accepted (it is in verl's YAML) ..."
@@ -157,11 +162,11 @@ smoke() {
   make_data "$WORK/models/tiny"
   local dir=$WORK/smoke
   rm -rf "$dir"
-  render_launcher "$dir" "$WORK/models/tiny" --var "train_extra_env={$QUIET_ENV}"
+  render_launcher "$dir" "$WORK/models/tiny" --model-config "$WORK/models/tiny/config.json" --var "train_extra_env={$QUIET_ENV}"
   local args=("trainer.total_training_steps=$SMOKE_STEPS" trainer.test_freq=10 trainer.save_freq=10)
-  python3 tools/validate_overrides.py --verl "$VERL" --script "$dir/train.sh" "${args[@]}" >"$WORK/smoke-validate.json" || true
+  python3 roles/train/files/validate_overrides.py --verl "$VERL" --script "$dir/train.sh" "${args[@]}" >"$WORK/smoke-validate.json" || true
   {
-    echo "== tools/validate_overrides.py --script train.sh ${args[*]}"
+    echo "== roles/train/files/validate_overrides.py --script train.sh ${args[*]}"
     cat "$WORK/smoke-validate.json"
     echo "== train.env"
     cat "$dir/train.env"
@@ -183,14 +188,21 @@ smoke() {
 }
 
 memory() {
+  local name=$MEMORY_NAME model=$WORK/models/qwen05b-arch
   say "Qwen2.5-0.5B-Instruct architecture, random fp32 weights"
-  python3 tests/gpu/make_tiny_model.py --out "$WORK/models/qwen05b-arch" --qwen05b-arch
-  make_data "$WORK/models/qwen05b-arch"
-  local dir=$WORK/memory mem_log=$OUT/memory-calls.jsonl
+  [ -f "$model/config.json" ] || python3 tests/gpu/make_tiny_model.py --out "$model" --qwen05b-arch
+  make_data "$model"
+  local dir=$WORK/$name mem_log=$OUT/$name-calls.jsonl summary=$OUT/$name-summary.txt
   rm -rf "$dir" "$mem_log"
-  render_launcher "$dir" "$WORK/models/qwen05b-arch" \
+  # The launcher sizes the HF rollout itself, for this model's config.json and
+  # a card of the cap's size, as the train role does for a host's GPU.
+  render_launcher "$dir" "$model" --model-config "$model/config.json" \
+    --gpu-memory-mib "$(python3 -c "import sys; print(int(float(sys.argv[1]) * 1024))" "$CAP_GIB")" \
     --var "train_extra_env={$QUIET_ENV, PYTHONPATH: '$HOOKS:$SITE', P40_GPU_MEM_GB: '$CAP_GIB', P40_MEM_LOG: '$mem_log'}"
   {
+    echo "== the launcher's HF rollout sizing (train.sh, rendered by tools/render.py)"
+    grep -A4 "Prompts per generate() call" "$dir/train.sh"
+    env -u PYTHONPATH "$dir/train.sh" --print-overrides | grep -E "rollout.micro_batch_size|val_batch_size"
     echo "== the cap bites: a process with the hook allocates (cap - 1) GiB, then fails at (cap + 1) GiB"
     PYTHONPATH="$HOOKS:$SITE" P40_GPU_MEM_GB=$CAP_GIB python3 -c '
 import os, torch
@@ -200,25 +212,33 @@ try:
     torch.empty(int((cap + 1) * 2**30), dtype=torch.uint8, device="cuda"); print(f"{cap + 1:g} GiB: allocated (CAP NOT APPLIED)")
 except torch.OutOfMemoryError as error:
     print(f"{cap + 1:g} GiB: out of memory, as on a card of {cap:g} GiB:", str(error).splitlines()[0][:160])'
-  } >"$OUT/memory-summary.txt" 2>&1 || true
+  } >"$summary" 2>&1 || true
   local args=("trainer.total_training_steps=$MEMORY_STEPS" "trainer.test_freq=$MEMORY_STEPS" "trainer.save_freq=$MEMORY_STEPS")
   # More train.sh arguments, e.g. MEMORY_EXTRA=actor_rollout_ref.actor.use_kl_loss=True (adds verl's ref model).
   read -r -a extra <<<"${MEMORY_EXTRA:-}"
   args+=("${extra[@]}")
-  nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 >"$WORK/memory-smi.csv" 2>/dev/null &
+  nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 >"$WORK/$name-smi.csv" 2>/dev/null &
   local smi=$!
   say "train.sh ${args[*]} (capped at $CAP_GIB GiB per process)"
   local status=0
-  env -u PYTHONPATH timeout "$MEMORY_TIMEOUT" "$dir/train.sh" "${args[@]}" >"$WORK/memory-console.log" 2>&1 || status=$?
+  env -u PYTHONPATH timeout "$MEMORY_TIMEOUT" "$dir/train.sh" "${args[@]}" >"$WORK/$name-console.log" 2>&1 || status=$?
   kill "$smi" 2>/dev/null || true
   stop_ray
   say "train.sh exit status $status"
-  cp "$dir"/logs/train-*.log "$OUT/memory-train.log" 2>/dev/null || cp "$WORK/memory-console.log" "$OUT/memory-train.log"
-  echo "train.sh exit status $status" >>"$OUT/memory-train.log"
-  python3 tests/gpu/summarize.py memory --log "$OUT/memory-train.log" --mem-log "$mem_log" --smi "$WORK/memory-smi.csv" \
-    --cap-gib "$CAP_GIB" --steps "$MEMORY_STEPS" >>"$OUT/memory-summary.txt" 2>&1 || true
-  echo "train.sh exit status $status" >>"$OUT/memory-summary.txt"
-  cat "$OUT/memory-summary.txt"
+  cp "$dir"/logs/train-*.log "$OUT/$name-train.log" 2>/dev/null || cp "$WORK/$name-console.log" "$OUT/$name-train.log"
+  echo "train.sh exit status $status" >>"$OUT/$name-train.log"
+  python3 tests/gpu/summarize.py memory --log "$OUT/$name-train.log" --mem-log "$mem_log" --smi "$WORK/$name-smi.csv" \
+    --cap-gib "$CAP_GIB" --steps "$MEMORY_STEPS" >>"$summary" 2>&1 || true
+  echo "train.sh exit status $status" >>"$summary"
+  # The run report users get (train.sh --report), on this log, against the H200's peak.
+  local plot=()
+  [ "$MEMORY_PLOT" = 1 ] && plot=(--plot "$OUT/$name-report.png")
+  {
+    echo "== roles/train/files/train_report.py (what train.sh --report prints), H200 fp32 peak"
+    python3 roles/train/files/train_report.py --model-config "$model/config.json" --card "NVIDIA H200" --peak-tflops 67 \
+      --precision float32 ${plot[@]+"${plot[@]}"} "$OUT/$name-train.log"
+  } >>"$summary" 2>&1 || true
+  cat "$summary"
 }
 
 setup

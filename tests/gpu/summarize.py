@@ -17,31 +17,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
-STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
-TIMING_KEYS = ("timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values",
-               "timing_s/update_critic", "timing_s/update_actor", "timing_s/testing", "timing_s/save_checkpoint")
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "roles" / "train" / "files"))
+import train_report  # noqa: E402  (the users' run report; one parser of verl's step lines)
+
+TIMING_KEYS = (
+    "timing_s/step",
+    "timing_s/gen",
+    "timing_s/old_log_prob",
+    "timing_s/ref",
+    "timing_s/values",
+    "timing_s/update_critic",
+    "timing_s/update_actor",
+    "timing_s/testing",
+    "timing_s/save_checkpoint",
+)
 
 
 def step_metrics(log: Path) -> dict[int, dict[str, float]]:
-    steps: dict[int, dict[str, float]] = {}
-    for line in log.read_text(errors="replace").splitlines():
-        match = STEP_LINE.search(line)
-        if not match:
-            continue
-        metrics = {}
-        for item in match.group(2).split(" - "):
-            key, sep, value = item.rpartition(":")
-            if sep:
-                try:
-                    metrics[key.strip()] = float(value)
-                except ValueError:
-                    pass
-        steps[int(match.group(1))] = metrics
-    return steps
+    return train_report.step_metrics(log.read_text(errors="replace"))
 
 
 def timing_lines(steps: dict[int, dict[str, float]]) -> list[str]:
@@ -98,15 +95,25 @@ def memory(args: argparse.Namespace) -> int:
     calls = [e for e in events if e["event"] == "call" and e.get("peak_allocated_gib") is not None]
     print("allocator caps applied (per CUDA process):")
     for cap in caps:
-        print(f"  pid {cap['pid']}: {cap['cap_gib']} GiB of {cap['total_gib']} GiB (fraction {cap['fraction']}) "
-              f"- {cap['argv'][:80]}")
+        print(
+            f"  pid {cap['pid']}: {cap['cap_gib']} GiB of {cap['total_gib']} GiB (fraction {cap['fraction']}) "
+            f"- {cap['argv'][:80]}"
+        )
     problems = [f"cap failed in pid {e['pid']}: {e['error']}" for e in failed_caps]
     if not caps:
         problems.append("no process applied the cap")
     roles: dict[str, dict[str, float]] = {}
     for call in calls:
-        role = roles.setdefault(call["role"], {"calls": 0, "peak_allocated_gib": 0.0, "peak_reserved_gib": 0.0,
-                                               "resident_before_gib": 0.0, "seconds_max": 0.0})
+        role = roles.setdefault(
+            call["role"],
+            {
+                "calls": 0,
+                "peak_allocated_gib": 0.0,
+                "peak_reserved_gib": 0.0,
+                "resident_before_gib": 0.0,
+                "seconds_max": 0.0,
+            },
+        )
         role["calls"] += 1
         role["peak_allocated_gib"] = max(role["peak_allocated_gib"], call["peak_allocated_gib"])
         role["peak_reserved_gib"] = max(role["peak_reserved_gib"], call["peak_reserved_gib"])
@@ -115,8 +122,10 @@ def memory(args: argparse.Namespace) -> int:
     print("peak GPU memory per role (GiB; on one GPU verl runs every role in one process):")
     print(f"  {'role':28} {'calls':>5} {'resident':>9} {'peak alloc':>10} {'peak resv':>9} {'max s':>7}")
     for name, role in sorted(roles.items(), key=lambda item: -item[1]["peak_reserved_gib"]):
-        print(f"  {name:28} {role['calls']:>5} {role['resident_before_gib']:>9.2f} {role['peak_allocated_gib']:>10.2f} "
-              f"{role['peak_reserved_gib']:>9.2f} {role['seconds_max']:>7.1f}")
+        print(
+            f"  {name:28} {role['calls']:>5} {role['resident_before_gib']:>9.2f} {role['peak_allocated_gib']:>10.2f} "
+            f"{role['peak_reserved_gib']:>9.2f} {role['seconds_max']:>7.1f}"
+        )
     if not any(name.startswith("ref") for name in roles):
         print("  (no ref calls: verl builds a reference model only for a KL loss or KL penalty)")
     peak_alloc = max((r["peak_allocated_gib"] for r in roles.values()), default=0.0)
@@ -130,14 +139,19 @@ def memory(args: argparse.Namespace) -> int:
             except ValueError:
                 pass
         if used:
-            print(f"nvidia-smi memory.used peak (whole GPU, CUDA context included): {max(used):.0f} MiB "
-                  f"= {max(used) / 1024:.2f} GiB over {len(used)} samples")
+            print(
+                f"nvidia-smi memory.used peak (whole GPU, CUDA context included): {max(used):.0f} MiB "
+                f"= {max(used) / 1024:.2f} GiB over {len(used)} samples"
+            )
     steps = step_metrics(args.log)
     print(f"steps logged: {sorted(steps) or 'none'}")
     print("seconds (timing_s):")
     print("\n".join(timing_lines(steps)))
-    plain = [m["timing_s/step"] for s, m in sorted(steps.items())
-             if "timing_s/step" in m and "timing_s/testing" not in m and "timing_s/save_checkpoint" not in m]
+    plain = [
+        m["timing_s/step"]
+        for s, m in sorted(steps.items())
+        if "timing_s/step" in m and "timing_s/testing" not in m and "timing_s/save_checkpoint" not in m
+    ]
     if plain:
         print(f"seconds per plain step (no validation/checkpoint): {', '.join(f'{s:.1f}' for s in plain)}")
     if args.steps not in steps:

@@ -95,7 +95,8 @@ RAY_STRIP = ("ray/jars/", "ray/dashboard/client/build/")
 
 # The device image's Python packages (KINDS.md, "Python packages already
 # there", read 2026-11-17). Requirements found here need not travel.
-DEVICE_PACKAGES = frozenset("""
+DEVICE_PACKAGES = frozenset(
+    """
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
 certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings
 cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils
@@ -118,7 +119,8 @@ tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokeniz
 torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton
 typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash
 yarl zipp
-""".split())
+""".split()
+)
 
 # Declared requirements that are not needed on the path the proof runs, with why.
 NOT_NEEDED = {
@@ -155,8 +157,20 @@ def download(out: Path) -> None:
     missing = [req for req in WHEELS if have(out, req) is None]
     if missing:
         platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
-        pip("download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version", PYTHON_VERSION,
-            "--implementation", "cp", *platforms, "--dest", str(out), *missing)
+        pip(
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            PYTHON_VERSION,
+            "--implementation",
+            "cp",
+            *platforms,
+            "--dest",
+            str(out),
+            *missing,
+        )
     for req in SDIST_ONLY:
         if have(out, req) is None:
             pip("wheel", "--quiet", "--no-deps", "--no-binary=:all:", "--wheel-dir", str(out), req)
@@ -178,7 +192,8 @@ def strip_ray(wheel: Path) -> bool:
             return False
         (record,) = [name for name in names if name.endswith(".dist-info/RECORD") and name.count("/") == 1]
         kept_lines = [
-            line for line in source.read(record).decode().splitlines()
+            line
+            for line in source.read(record).decode().splitlines()
             if line and not line.split(",")[0].startswith(RAY_STRIP)
         ]
         fd, tmp = tempfile.mkstemp(suffix=".whl", dir=wheel.parent)
@@ -218,10 +233,17 @@ def closure_problems(out: Path) -> list[str]:
     except ImportError:  # a bare interpreter: pip vendors the same module
         from pip._vendor.packaging.requirements import Requirement
 
-    environment = {"python_version": PYTHON_VERSION, "python_full_version": PYTHON_VERSION + ".3",
-                   "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-                   "os_name": "posix", "implementation_name": "cpython",
-                   "platform_python_implementation": "CPython", "extra": ""}
+    environment = {
+        "python_version": PYTHON_VERSION,
+        "python_full_version": PYTHON_VERSION + ".3",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
     carried = {wheel_name_of(path)[0]: path for path in out.glob("*.whl")}
     problems = []
     for name, path in sorted(carried.items()):

@@ -74,9 +74,16 @@ def _on_torch(torch) -> None:
                 total = torch.cuda.get_device_properties(index).total_memory
                 fraction = min(1.0, cap / total)
                 torch.cuda.set_per_process_memory_fraction(fraction, index)
-                _record({"event": "cap", "device": index, "cap_gib": float(_CAP_GB),
-                         "total_gib": round(total / 2**30, 2), "fraction": round(fraction, 5),
-                         "argv": " ".join(sys.argv)[:200]})
+                _record(
+                    {
+                        "event": "cap",
+                        "device": index,
+                        "cap_gib": float(_CAP_GB),
+                        "total_gib": round(total / 2**30, 2),
+                        "fraction": round(fraction, 5),
+                        "argv": " ".join(sys.argv)[:200],
+                    }
+                )
         except Exception as error:  # a cap that silently did not apply would void the run
             _record({"event": "cap_failed", "error": repr(error)})
             raise
@@ -104,8 +111,12 @@ def _wrap(cls, name: str, role: str) -> None:
         try:
             return method(self, *args, **kwargs)
         finally:
-            event = {"event": "call", "role": role, "method": f"{cls.__name__}.{name}",
-                     "seconds": round(time.time() - start, 3)}
+            event = {
+                "event": "call",
+                "role": role,
+                "method": f"{cls.__name__}.{name}",
+                "seconds": round(time.time() - start, 3),
+            }
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.synchronize()
                 event.update(
