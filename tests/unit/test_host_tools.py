@@ -18,7 +18,10 @@ def test_catatonit_is_installed_and_checked():
     # The package a fresh machine lacked: podman's --init binary, a Recommends.
     assert "catatonit" in host_tools.packages()
     gone = host_tools.missing(which=lambda name: "/usr/bin/" + name, exists=lambda path: False)
-    assert [(program, package) for program, package, _ in gone] == [("/usr/libexec/podman/catatonit", "catatonit")]
+    assert [(program, package) for program, package, _ in gone] == [
+        ("/usr/libexec/podman/catatonit", "catatonit"),
+        ("/etc/ssl/certs/ca-certificates.crt", "ca-certificates"),
+    ]
 
 
 def test_nothing_missing_when_all_present():
@@ -68,3 +71,17 @@ def test_ci_timings_file(tmp_path):
         {"step": "unit", "seconds": 200},
     ]
     assert record["total_seconds"] == 220 and record["machine"]["cores"] >= 1
+
+
+def test_every_tool_the_fixtures_require_is_on_the_list():
+    # A fixture's need_tools("X") names a program .ci/run must install: a name missing from
+    # the list would fail on a fresh machine only, minutes into the run.
+    import re
+
+    listed = {program for program, _, _ in host_tools.PROGRAMS}
+    called = set()
+    for path in (ROOT / "tests" / "fixtures").glob("*.py"):
+        for args in re.findall(r"need_tools\(([^)]*)\)", path.read_text()):
+            called.update(re.findall(r'"([^"]+)"', args))
+    assert called, "no need_tools calls found: the scan is broken"
+    assert called - listed == set()
