@@ -161,6 +161,18 @@ def test_sharded_safetensors_complete_and_truncated(tmp_path):
     assert problem.startswith("model-00002-of-00002.safetensors is ")
 
 
+def test_shards_without_their_index(tmp_path):
+    # The second shard and the index never arrived: the first shard alone is not a model.
+    model = tmp_path / "m"
+    tiny_model.write(model)
+    shards = sharded(model, "safetensors", safetensors_file)
+    (model / "model.safetensors.index.json").unlink()
+    shards[1].unlink()
+    assert model_fetch.missing_parts(model) == [
+        "the index (*.index.json) of the sharded weights model-00001-of-00002.safetensors"
+    ]
+
+
 def test_sharded_bin_checkpoint_needs_every_shard_whole(tmp_path):
     model = tmp_path / "m"
     tiny_model.write(model)

@@ -7,7 +7,7 @@
 A directory is complete when it has config.json, a tokenizer (tokenizer.json, or
 tokenizer_config.json with a vocabulary file) and all its weights, each whole:
 - with an index (*.safetensors.index.json, else *.bin.index.json), every shard it names;
-  without one, every *.safetensors, else every *.bin;
+  without one, every *.safetensors, else every *.bin (shards without their index are incomplete);
 - a .safetensors file is exactly as long as its header says (8 + header length + the
   largest data offset), so a download cut off after the header is caught;
 - a .bin file is torch's zip format with its central directory at the end and the last
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import struct
 import sys
@@ -35,6 +36,8 @@ VOCAB_FILES = ("vocab.json", "tokenizer.model", "vocab.txt")
 INDEX_PATTERNS = ("*.safetensors.index.json", "*.bin.index.json")
 # safetensors refuses headers above 100 MB; a larger length prefix is garbage, not a header.
 MAX_HEADER = 100 * 1024 * 1024
+# transformers' shard names: model-00001-of-00002.safetensors, pytorch_model-00001-of-00002.bin.
+SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}\.(safetensors|bin)$")
 
 
 def safetensors_problem(path: Path) -> str | None:
@@ -147,7 +150,12 @@ def weight_files(directory: Path) -> tuple[list[Path], list[str]]:
         if outside:
             return [], ["%s names shards outside the directory: %s" % (indexes[0].name, ", ".join(outside))]
         return [directory / s for s in shards], []
-    return sorted(directory.glob("*.safetensors")) or sorted(directory.glob("*.bin")), []
+    weights = sorted(directory.glob("*.safetensors")) or sorted(directory.glob("*.bin"))
+    # Shards without their index: transformers cannot load them, and a missing shard would go unseen.
+    shards = [w.name for w in weights if SHARD_NAME.search(w.name)]
+    if shards:
+        return weights, ["the index (*.index.json) of the sharded weights %s" % ", ".join(shards)]
+    return weights, []
 
 
 def missing_parts(directory: Path) -> list[str]:
