@@ -1,4 +1,4 @@
-"""Filters for the stack's own data (the artifact manifest) and its checks (pip check)."""
+"""Filters for the stack's own data (the artifact manifest), its checks (pip check) and its records (URLs without credentials)."""
 
 from __future__ import annotations
 
@@ -75,9 +75,23 @@ def pip_check_problems(result: dict[str, Any], allowed: list[str] | None = None)
     return problems
 
 
+# scheme://userinfo@host...: the userinfo (a user and a password or token) is what to hide.
+_URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
+
+
+def url_redacted(url: Any) -> str:
+    """The URL with any credentials in it (``user:password@``) replaced by ``***@``.
+
+    For state records, messages and logs: a pip index or git URL of a private mirror may
+    carry a token, and those places are readable by more than its owner.
+    """
+    return _URL_USERINFO.sub(r"\1***@", str(url or ""))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "stack_artifact": stack_artifact,
             "pip_check_problems": pip_check_problems,
+            "url_redacted": url_redacted,
         }

@@ -205,3 +205,28 @@ def test_one_run_at_a_time(host):
     run = host.play("--tags", "preflight")
     assert run.returncode == 0, run.output[-3000:]
     assert not host.exists("/var/lib/verl-p40/run.lock")
+
+
+@pytest.mark.parametrize(
+    "plant, message",
+    [
+        # Any local user can make the directory in /var/tmp first and swap what the installer unpacks.
+        ("mkdir /var/tmp/verl-p40 && chown nobody /var/tmp/verl-p40", "/var/tmp/verl-p40 is owned by nobody"),
+        ("ln -s /etc /var/tmp/verl-p40", "/var/tmp/verl-p40 is a link"),
+    ],
+)
+def test_a_scratch_directory_root_did_not_make(host, plant, message):
+    before = host.sh("cat /var/lib/verl-p40/layers/cuda.json").stdout
+    etc_mode = host.sh("stat -c %a /etc").stdout
+    host.sh("rm -rf /var/tmp/verl-p40 && " + plant)
+    try:
+        run = host.play("--tags", "cuda", rebuild="cuda")
+    finally:
+        host.sh("rm -rf /var/tmp/verl-p40")
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert message in out and "Root runs the CUDA installer from there" in out
+    # Refused before the layer was marked building or the toolkit touched.
+    assert host.sh("cat /var/lib/verl-p40/layers/cuda.json").stdout == before
+    assert "release 11.8" in host.sh("/usr/local/cuda-11.8/bin/nvcc --version").stdout
+    assert host.sh("stat -c %a /etc").stdout == etc_mode

@@ -11,6 +11,7 @@ before finding out the tag does not exist; an Apex "reinstall" that installed no
 from __future__ import annotations
 
 import hashlib
+import uuid
 
 ENV = "/opt/miniforge3/envs/verl-env"
 CONSTRAINTS = ENV + "/constraints.txt"
@@ -84,6 +85,23 @@ def test_a_refused_pin_keeps_the_installed_torch_pinned(host):
     run = host.play("--tags", "torch")
     assert run.returncode == 0, run.output[-3000:]
     assert host.state("torch")["status"] == "complete"
+
+
+def test_an_index_credential_stays_out_of_the_host_and_the_output(host):
+    """A private torch index's URL may carry a token: pip reads it from a 0600 file that the
+    install removes, the record and the messages show the URL without it, nothing the run
+    wrote on the host keeps it, and pip's command line (which ps shows, and which the failed
+    task's output prints) does not hold it."""
+    secret = "s3cret-" + uuid.uuid4().hex[:12]
+    run = host.play("--tags", "torch", rebuild="torch", torch_index_url="http://ci:%s@127.0.0.1:9/simple" % secret)
+    assert run.returncode != 0  # nothing serves that index
+    assert "from http://***@127.0.0.1:9/simple" in run.output
+    assert secret not in run.output
+    kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl %s /tmp /var/tmp || true" % (secret, ENV))
+    assert kept.stdout.split() == []
+    assert not host.exists(ENV + "/pip-torch-index.conf")
+    run = host.play("--tags", "torch")
+    assert run.returncode == 0, run.output[-3000:]
 
 
 def test_torch_then_a_failing_apex_build(host):
@@ -207,3 +225,25 @@ def test_a_clean_rerun_looks_at_nothing(host):
     run = host.play("--tags", "apex", verify="apex")
     assert run.returncode == 0, run.output[-3000:]
     assert "Ask the env for apex_C" in run.output and "Import the extensions" in run.output
+
+
+def test_a_link_the_training_user_planted_in_its_home(host):
+    """Root used to create and chown the directories in the training user's home, following a
+    link that user planted: pointed at /etc/profile.d (which every login shell sources), the
+    next run made it the user's. Now those tasks run as that user, who cannot write there."""
+    run = host.play("--tags", "model")
+    assert run.returncode == 0, run.output[-3000:]
+    host.as_user("rm -rf /home/verl/verl-p40/tools && ln -s /etc/profile.d /home/verl/verl-p40/tools")
+    try:
+        run = host.play("--tags", "model", rebuild="model")
+        owner = host.sh("stat -c %U /etc/profile.d").stdout.strip()
+        planted = host.sh("ls /etc/profile.d").stdout.split()
+    finally:
+        host.as_user("rm -f /home/verl/verl-p40/tools")
+    assert run.returncode != 0
+    assert owner == "root"
+    assert "model_fetch.py" not in planted
+    # With the link gone the layer builds again.
+    run = host.play("--tags", "model", rebuild="model")
+    assert run.returncode == 0, run.output[-3000:]
+    assert host.sh("stat -c %U /home/verl/verl-p40/tools").stdout.strip() == "verl"

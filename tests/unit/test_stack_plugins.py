@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "filter_plugins"))
 sys.path.insert(0, str(REPO / "library"))
 import disk_space  # noqa: E402
-from stack import pip_check_problems, stack_artifact  # noqa: E402
+from stack import pip_check_problems, stack_artifact, url_redacted  # noqa: E402
 
 MANIFEST = yaml.safe_load((REPO / "group_vars/all/artifacts.yml").read_text())["stack_artifacts"]
 
@@ -139,3 +139,20 @@ def test_pip_check_of_a_real_env(tmp_path):
     # Whatever this env holds, every line is pip's all-clear or a finding the filter reads.
     assert not [p for p in pip_check_problems(result, [".*"]) if "never prints" in p or "did not run" in p]
     assert lines
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("https://ci:s3cret@mirror.example/simple", "https://***@mirror.example/simple"),
+        ("https://__token__:pypi-AgEI@mirror.example:8443/simple/", "https://***@mirror.example:8443/simple/"),
+        ("https://tok@mirror.example/whl/cu118", "https://***@mirror.example/whl/cu118"),
+        # no credentials: unchanged, an @ later in the path included
+        ("https://mirror.example/whl/cu118", "https://mirror.example/whl/cu118"),
+        ("https://mirror.example/a@b", "https://mirror.example/a@b"),
+        ("", ""),
+        (None, ""),
+    ],
+)
+def test_url_redacted(url, shown):
+    assert url_redacted(url) == shown
