@@ -16,8 +16,13 @@ def test_cuda_extensions(host, stack):
 
 def test_wheel_is_cached_under_its_key(host, stack, layer_state):
     key = layer_state("apex")["details"]["wheel_key"]
-    listing = host.check_output("ls %s/%s" % (stack["apex_wheel_cache_dir"], key))
-    assert any(name.startswith("apex-") and name.endswith(".whl") for name in listing.split())
+    directory = "%s/%s" % (stack["apex_wheel_cache_dir"], key)
+    wheels = [name for name in host.check_output("ls %s" % directory).split() if name.endswith(".whl")]
+    assert wheels and all(name.startswith("apex-") for name in wheels)
+    # Each with the sha256 recorded when it was built, which an install verifies.
+    for name in wheels:
+        recorded = host.file("%s/%s.sha256" % (directory, name)).content_string.split()
+        assert recorded == [host.file("%s/%s" % (directory, name)).sha256sum, name]
 
 
 def test_build_log_kept(host, stack, layer_state):

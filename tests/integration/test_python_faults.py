@@ -203,6 +203,26 @@ def test_a_second_host_takes_the_wheel_from_the_controller(host, tmp_path):
     assert digest == hashlib.sha256(controller_wheel.read_bytes()).hexdigest()
 
 
+def test_a_cached_wheel_that_changed_is_refused(host):
+    """A wheel in the cache (the host's, or the controller's copied in) installs only when its
+    sha256 is the one recorded beside it when it was built."""
+    (wheel,) = host.sh(CACHED_WHEEL).stdout.split()
+    size = host.sh("stat -c %s " + wheel).stdout.strip()
+    before = host.python(APEX_DIST)
+    host.sh("printf x >> " + wheel)
+    try:
+        run = host.play("--tags", "apex", rebuild="apex")
+    finally:
+        host.sh("truncate -s %s %s" % (size, wheel))
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert "is not the wheel that was built for build key" in out and "Nothing was installed" in out
+    assert host.python(APEX_DIST)["record_id"] == before["record_id"]
+    run = host.play("--tags", "apex", rebuild="apex")
+    assert run.returncode == 0, run.output[-3000:]
+    assert "Compile (log in" not in run.output
+
+
 def test_a_clean_rerun_looks_at_nothing(host):
     """A rerun with nothing to do decides from the records and a stat of their files: no probe of the
     env runs. A recorded file that changed, or -e verify, makes that one layer look again."""
