@@ -169,6 +169,31 @@ def test_a_verl_tag_at_another_commit(host):
     assert not host.exists(VERL_DIR + ".staging")
 
 
+def test_a_verl_rebuild_keeps_local_work(host):
+    """A forced rebuild of the verl layer replaced the checkout with rm -rf, the user's edits
+    and new files included; now an old checkout holding local work is moved aside, with a
+    timestamp, and the run says where."""
+    host.as_user("echo '# my change' >> %s/verl/__init__.py && echo 'x = 1' > %s/my_reward.py" % (VERL_DIR, VERL_DIR))
+    run = host.play("--tags", "verl", rebuild="verl")
+    assert run.returncode == 0, run.output[-3000:]
+    out = " ".join(run.output.split())
+    assert "The old checkout had local work" in out and "edited: verl/__init__.py" in out
+    assert "new files: my_reward.py" in out
+    (kept,) = host.sh("ls -d %s.kept-*" % VERL_DIR).stdout.split()
+    assert kept in out
+    assert host.sh("tail -n 1 %s/verl/__init__.py" % kept).stdout == "# my change\n"
+    assert host.sh("cat %s/my_reward.py" % kept).stdout == "x = 1\n"
+    # The new checkout is the pinned commit, clean.
+    assert host.as_user("git -C %s status --porcelain --untracked-files=no" % VERL_DIR).stdout == ""
+    assert not host.exists(VERL_DIR + "/my_reward.py")
+    # A rebuild of a checkout without local work replaces it, keeping nothing.
+    run = host.play("--tags", "verl", rebuild="verl")
+    assert run.returncode == 0, run.output[-3000:]
+    assert "The old checkout had local work" not in run.output
+    assert host.sh("ls -d %s.kept-*" % VERL_DIR).stdout.split() == [kept]
+    host.sh("rm -rf " + kept)
+
+
 def test_vllm_is_refused_on_a_pascal_gpu(host):
     host.fake_nvidia_smi("0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0")
     try:

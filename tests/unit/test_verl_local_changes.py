@@ -1,0 +1,91 @@
+"""roles/verl/files/local_changes.py: what a verl rebuild must not delete from the old checkout.
+
+Each case is shown both ways: the patch layer's own edits, the record it keeps and the
+editable install's files are not local work; an edit, a new file or a commit is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "roles" / "verl" / "files"))
+import local_changes  # noqa: E402
+
+TOOL = ROOT / "roles" / "verl" / "files" / "local_changes.py"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> tuple[Path, str]:
+    """A checkout at its pinned commit, patched the way verl_patch leaves one, and installed -e."""
+    repo = tmp_path / "verl"
+    (repo / "verl" / "workers").mkdir(parents=True)
+    (repo / "verl" / "__init__.py").write_text("__version__ = '0.4.1'\n")
+    (repo / "verl" / "workers" / "fsdp_workers.py").write_text("attn = 'flash_attention_2'\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "v0.4.1")
+    commit = git(repo, "rev-parse", "HEAD")
+    patched = "attn = 'eager'\n"
+    (repo / "verl" / "workers" / "fsdp_workers.py").write_text(patched)
+    (repo / ".verl_p40_patch").mkdir()
+    record = {
+        "files": {"verl/workers/fsdp_workers.py": {"patched_sha256": hashlib.sha256(patched.encode()).hexdigest()}}
+    }
+    (repo / ".verl_p40_patch" / "record.json").write_text(json.dumps(record))
+    (repo / "verl.egg-info").mkdir()
+    (repo / "verl.egg-info" / "PKG-INFO").write_text("Name: verl\n")
+    (repo / "verl" / "__pycache__").mkdir()
+    (repo / "verl" / "__pycache__" / "x.cpython-310.pyc").write_bytes(b"\0")
+    return repo, commit
+
+
+def test_a_patched_installed_checkout_has_no_local_work(checkout):
+    repo, commit = checkout
+    found = local_changes.local_changes(str(repo), commit)
+    assert found == {"exists": True, "head": commit, "commits": [], "edited": [], "untracked": []}
+
+
+def test_an_edit_beyond_the_patch_is_local_work(checkout):
+    repo, commit = checkout
+    (repo / "verl" / "__init__.py").write_text("__version__ = '0.4.1'  # mine\n")
+    # A patched file the user changed again is theirs too.
+    (repo / "verl" / "workers" / "fsdp_workers.py").write_text("attn = 'sdpa'\n")
+    found = local_changes.local_changes(str(repo), commit)
+    assert found["edited"] == ["verl/__init__.py", "verl/workers/fsdp_workers.py"]
+
+
+def test_a_new_file_and_a_commit_are_local_work(checkout):
+    repo, commit = checkout
+    (repo / "my_reward.py").write_text("def score(): ...\n")
+    found = local_changes.local_changes(str(repo), commit)
+    assert found["untracked"] == ["my_reward.py"] and found["commits"] == []
+    git(repo, "add", "my_reward.py")
+    git(repo, "commit", "-qm", "my reward")
+    found = local_changes.local_changes(str(repo), commit)
+    assert [line.split(" ", 1)[1] for line in found["commits"]] == ["my reward"]
+    assert found["untracked"] == []
+
+
+def test_no_checkout_and_the_command_line(tmp_path, checkout):
+    assert local_changes.local_changes(str(tmp_path / "none"), "x")["exists"] is False
+    repo, commit = checkout
+    out = subprocess.run([sys.executable, str(TOOL), str(repo), commit], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[-1])["edited"] == []
+    usage = subprocess.run([sys.executable, str(TOOL)], capture_output=True, text=True, check=False)
+    assert usage.returncode == 2
