@@ -27,7 +27,7 @@ lint: setup  ## yamllint + ansible-lint (production profile) + ruff (Python lint
 	$(BIN)/ruff format --check .
 
 unit: setup  ## pytest for the Python pieces and templates
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q --durations=15 tests/unit
 
 host-check:  ## the host programs the tests call (the list .ci/run installs), before the long steps
 	$(PYTHON) tests/fixtures/host_tools.py check
@@ -45,7 +45,7 @@ molecule: images standins  ## converge, idempotence, verify in containers (Debia
 	$(MIRROR) $(BIN)/molecule test -s bullseye
 
 integration: images standins  ## bad input and faults, against a throwaway container
-	$(MIRROR) $(BIN)/python -m pytest -q tests/integration
+	$(MIRROR) $(BIN)/python -m pytest -q --durations=25 tests/integration
 
 test: lint unit molecule integration  ## everything CI runs
 

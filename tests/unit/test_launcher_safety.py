@@ -416,5 +416,6 @@ def test_train_role_writes_train_env_private():
         if str(task.get("ansible.builtin.template", {}).get("dest", "")).endswith("/train.env")
     ]
     assert task["ansible.builtin.template"]["mode"] == "0600"
-    assert task["ansible.builtin.template"]["owner"] == "{{ stack_user }}"
+    # Written as the training user, so it is that user's file (and a link there cannot redirect root).
+    assert task["become_user"] == "{{ stack_user }}" and "owner" not in task["ansible.builtin.template"]
     assert task["diff"] is False

@@ -223,6 +223,16 @@ def test_variables_reach_the_override_list(tmp_path: Path):
     assert overrides[-1] == "actor_rollout_ref.actor.optim.lr=5e-7"
 
 
+def test_batch_sizes_are_checked_against_the_gpus_at_render_time(tmp_path: Path):
+    # 8 GPUs: the pascal critic's micro-batch of 8 does not fit 32 / 8 = 4 per GPU. verl would
+    # stop minutes into the run; the render stops at once, naming the variable and a value.
+    with pytest.raises(Exception, match="set train_ppo_mini_batch_size to a multiple of 64"):
+        render.render("pascal", tmp_path / "a", {"train_n_gpus_per_node": 8})
+    assert not (tmp_path / "a" / "train.sh").exists()
+    render.render("pascal", tmp_path / "b", {"train_n_gpus_per_node": 8, "train_ppo_mini_batch_size": 64})
+    assert "trainer.n_gpus_per_node=8" in print_overrides(tmp_path / "b" / "train.sh")
+
+
 def rollout_overrides(directory: Path) -> tuple[int, int]:
     overrides = print_overrides(directory / "train.sh")
     micro = [item for item in overrides if item.startswith("+actor_rollout_ref.rollout.micro_batch_size=")]
