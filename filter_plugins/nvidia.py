@@ -27,6 +27,80 @@ def nvidia_smi_query(nvidia_smi: str = "nvidia-smi") -> str:
     return shlex.quote(nvidia_smi) + QUERY_COMMAND[len("nvidia-smi") :]
 
 
+# Which GPU pairs can read each other's memory peer-to-peer, as the driver reports it.
+P2P_COMMAND = "nvidia-smi topo -p2p r"
+# nvidia-smi's legend for that matrix.
+P2P_STATUS = {
+    "OK": "Status Ok",
+    "CNS": "Chipset not supported",
+    "GNS": "GPU not supported",
+    "TNS": "Topology not supported",
+    "NS": "Not supported",
+    "DR": "Disabled by regkey",
+    "U": "Unknown",
+}
+
+
+def nvidia_smi_p2p_query(nvidia_smi: str = "nvidia-smi") -> str:
+    """The shell command whose output nvidia_smi_p2p parses."""
+    return shlex.quote(nvidia_smi) + P2P_COMMAND[len("nvidia-smi") :]
+
+
+def nvidia_smi_p2p(text: Any, indexes: list[Any]) -> dict[str, Any]:
+    """Read ``nvidia-smi topo -p2p r`` for the GPUs with these nvidia-smi indexes.
+
+    Returns ``{"ok": bool, "blocked": ["GPU 0 - GPU 1: CNS (Chipset not supported)", ...]}``:
+    ``ok`` when every pair of those GPUs reports OK. PCIe servers whose chipset or ACS
+    settings stop peer-to-peer report CNS, TNS or NS there; NCCL must then not try it
+    (NCCL_P2P_DISABLE=1), or its first collective can hang.
+    """
+    text = _as_text(text, "nvidia_smi_p2p")
+    wanted = [int(index) for index in indexes]
+    header: list[int] | None = None
+    rows: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        cells = line.split()
+        if not cells:
+            continue
+        if header is None and all(re.fullmatch(r"GPU\d+", cell) for cell in cells):
+            header = [int(cell[3:]) for cell in cells]
+        elif header is not None and re.fullmatch(r"GPU\d+", cells[0]) and len(cells) == len(header) + 1:
+            rows[int(cells[0][3:])] = cells[1:]
+    missing = [index for index in wanted if header is None or index not in header or index not in rows]
+    if missing:
+        raise AnsibleFilterError(
+            f"nvidia_smi_p2p: no row for GPU {', '.join(map(str, missing))} in the output of {P2P_COMMAND}: "
+            f"{text.strip()[:300]!r}"
+        )
+    blocked = []
+    for position, first in enumerate(wanted):
+        for second in wanted[position + 1 :]:
+            for a, b in ((first, second), (second, first)):
+                status = rows[a][header.index(b)]
+                if status != "OK":
+                    blocked.append(f"GPU {a} - GPU {b}: {status} ({P2P_STATUS.get(status, 'unknown status')})")
+    return {"ok": not blocked, "blocked": blocked}
+
+
+def gpus_picked(
+    gpus: list[dict[str, Any]], pick: list[Any] | None, variable: str = "train_gpus"
+) -> list[dict[str, Any]]:
+    """The GPUs the stack trains on: those whose nvidia-smi index ``pick`` names, or all of them."""
+    if not pick:
+        return list(gpus)
+    by_index = {int(gpu["index"]): gpu for gpu in gpus}
+    wanted = []
+    for index in pick:
+        if not re.fullmatch(r"\d+", str(index)) or int(index) not in by_index:
+            have = ", ".join(str(i) for i in sorted(by_index)) or "none"
+            raise AnsibleFilterError(
+                f"{variable} names GPU {index!r}, which this host lacks (nvidia-smi's indexes here: {have})."
+            )
+        if by_index[int(index)] not in wanted:
+            wanted.append(by_index[int(index)])
+    return wanted
+
+
 _CC_RE = re.compile(r"^\d+\.\d+$")
 _DRIVER_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _BUS_ID_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
@@ -221,8 +295,9 @@ def gpu_profile_select(
     if len(set(chosen.values())) > 1:
         pairs = "; ".join(f"{label} -> {name}" for label, name in chosen.items())
         raise AnsibleFilterError(
-            f"This host mixes GPUs that need different profiles: {pairs}. Set the GPU "
-            f"profile override to one of: {names}."
+            f"This host mixes GPUs that need different profiles: {pairs}. Pick the GPUs of one "
+            "class to train on with train_gpus (their nvidia-smi indexes, e.g. train_gpus: [0, 1]), "
+            f"or set the GPU profile override to one of: {names}."
         )
     return next(iter(chosen.values()))
 
@@ -290,4 +365,7 @@ class FilterModule:
             "nvidia_smi_error": nvidia_smi_error,
             "gpu_profile_select": gpu_profile_select,
             "gpu_summary": gpu_summary,
+            "gpus_picked": gpus_picked,
+            "nvidia_smi_p2p_query": nvidia_smi_p2p_query,
+            "nvidia_smi_p2p": nvidia_smi_p2p,
         }

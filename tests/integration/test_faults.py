@@ -60,6 +60,41 @@ def test_p40_selects_the_pascal_profile(host):
     assert host.state("preflight")["inputs"]["profile"] == "pascal"
 
 
+TWO_P40_SMI = r"""#!/bin/sh
+# Two P40s on a board without peer-to-peer between them (ACS).
+case "$1" in
+  topo) printf ' \tGPU0\tGPU1\t\n GPU0\tX\tNS\t\n GPU1\tNS\tX\t\n\nLegend:\n\n  X    = Self\n  NS   = Not supported\n' ;;
+  *) printf '0, Tesla P40, 6.1, 22919, 535.183.01, 00000000:3B:00.0\n1, Tesla P40, 6.1, 22919, 535.183.01, 00000000:AF:00.0\n' ;;
+esac
+"""
+
+
+def test_two_gpus_without_peer_to_peer(host):
+    host.sh("cat > /usr/local/bin/nvidia-smi <<'EOF'\n%sEOF\nchmod +x /usr/local/bin/nvidia-smi" % TWO_P40_SMI)
+    try:
+        run = host.play("--tags", "preflight", preflight_require_gpu=True)
+        picked = host.play("--tags", "preflight", preflight_require_gpu=True, train_gpus=[1])
+        missing = host.play("--tags", "preflight", preflight_require_gpu=True, train_gpus=[5])
+    finally:
+        host.fake_nvidia_smi(None)
+    assert run.returncode == 0, run.output[-3000:]
+    out = " ".join(run.output.split())
+    assert "2 x Tesla P40 (cc 6.1, 22919 MiB), driver 535.183.01; profile pascal" in out
+    assert "peer-to-peer: not available (GPU 0 - GPU 1: NS (Not supported); GPU 1 - GPU 0: NS" in out
+    assert "the launcher sets NCCL_P2P_DISABLE=1" in out
+    assert host.state("preflight")["inputs"]["p2p"]["ok"] is False
+    assert "gpus no peer-to-peer (GPU 0 - GPU 1: NS (Not supported), ...): train.env sets NCCL_P2P_DISABLE=1" in out
+    assert picked.returncode == 0, picked.output[-3000:]
+    assert "1 x Tesla P40 (cc 6.1, 22919 MiB), driver 535.183.01; profile pascal (of 2 x Tesla P40" in " ".join(
+        picked.output.split()
+    )
+    assert "peer-to-peer" not in picked.output
+    assert missing.returncode != 0
+    assert "train_gpus names GPU 5, which this host lacks (nvidia-smi's indexes here: 0, 1)" in " ".join(
+        missing.output.split()
+    )
+
+
 def test_unsupported_os(host):
     host.sh(
         "cp /etc/os-release /etc/os-release.orig && sed -i 's/^VERSION_ID=.*/VERSION_ID=\"13\"/' /etc/os-release"

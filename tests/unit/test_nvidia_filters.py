@@ -347,6 +347,9 @@ def test_summary_without_gpu() -> None:
 
 def test_filter_module_lists_the_filters() -> None:
     assert set(nvidia.FilterModule().filters()) == {
+        "gpus_picked",
+        "nvidia_smi_p2p",
+        "nvidia_smi_p2p_query",
         "nvidia_smi_query",
         "nvidia_smi_gpus",
         "nvidia_smi_error",
@@ -401,3 +404,60 @@ def test_the_query_command_is_the_one_the_parser_reads():
     assert nvidia.nvidia_smi_query("/opt/my nvidia/nvidia-smi") == (
         "'/opt/my nvidia/nvidia-smi' --query-gpu=" + ",".join(nvidia.QUERY_FIELDS) + " --format=csv,noheader,nounits"
     )
+
+
+# --- GPUs picked with train_gpus, and peer-to-peer ---------------------------
+
+TOPO = Path(__file__).parent / "samples" / "nvidia-smi-topo"
+
+
+def four_p40s() -> list[dict]:
+    return nvidia.nvidia_smi_gpus((SAMPLES / "p40-x4.txt").read_text())
+
+
+def test_every_gpu_unless_train_gpus_picks():
+    gpus = four_p40s()
+    assert nvidia.gpus_picked(gpus, []) == gpus
+    assert [gpu["index"] for gpu in nvidia.gpus_picked(gpus, [2, "3"])] == [2, 3]
+    with pytest.raises(AnsibleFilterError, match=r"train_gpus names GPU 7, which this host lacks .*0, 1, 2, 3"):
+        nvidia.gpus_picked(gpus, [0, 7])
+
+
+def test_mixed_classes_say_how_to_pick():
+    gpus = nvidia.nvidia_smi_gpus((SAMPLES / "p40-rtx3090-mixed.txt").read_text())
+    with pytest.raises(AnsibleFilterError, match=r"Pick the GPUs of one class to train on with train_gpus"):
+        nvidia.gpu_profile_select(gpus, PROFILES)
+    p40s = [gpu["index"] for gpu in gpus if gpu["name"] == "Tesla P40"]
+    assert nvidia.gpu_profile_select(nvidia.gpus_picked(gpus, p40s), PROFILES) == "pascal"
+
+
+@pytest.mark.parametrize(
+    "sample, indexes, ok, blocked",
+    [
+        ("p40-x4-p2p-ok.txt", [0, 1, 2, 3], True, 0),
+        ("p40-x4-two-root-complexes.txt", [0, 1, 2, 3], False, 8),
+        # A pair on one root complex: peer-to-peer works between the GPUs picked.
+        ("p40-x4-two-root-complexes.txt", [2, 3], True, 0),
+        ("p40-x4-two-root-complexes.txt", [1, 2], False, 2),
+        ("p40-x2-acs.txt", [0, 1], False, 2),
+    ],
+)
+def test_peer_to_peer_between_the_gpus_used(sample, indexes, ok, blocked):
+    found = nvidia.nvidia_smi_p2p((TOPO / sample).read_text(), indexes)
+    assert found["ok"] is ok and len(found["blocked"]) == blocked
+
+
+def test_peer_to_peer_names_the_blocked_pair():
+    found = nvidia.nvidia_smi_p2p((TOPO / "p40-x2-acs.txt").read_text(), [0, 1])
+    assert found["blocked"][0] == "GPU 0 - GPU 1: NS (Not supported)"
+
+
+def test_peer_to_peer_output_without_the_gpu():
+    with pytest.raises(AnsibleFilterError, match="no row for GPU 5"):
+        nvidia.nvidia_smi_p2p((TOPO / "p40-x2-acs.txt").read_text(), [0, 5])
+    with pytest.raises(AnsibleFilterError, match="no row for GPU 0"):
+        nvidia.nvidia_smi_p2p("Failed to initialize NVML: Driver/library version mismatch", [0, 1])
+
+
+def test_p2p_query_command():
+    assert nvidia.nvidia_smi_p2p_query("/opt/nv/nvidia-smi") == "/opt/nv/nvidia-smi topo -p2p r"

@@ -233,6 +233,38 @@ def test_batch_sizes_are_checked_against_the_gpus_at_render_time(tmp_path: Path)
     assert "trainer.n_gpus_per_node=8" in print_overrides(tmp_path / "b" / "train.sh")
 
 
+P40 = {"name": "Tesla P40", "compute_capability": "6.1", "memory_mib": 22919}
+
+
+def test_the_gpu_count_comes_from_preflight(tmp_path: Path):
+    # Preflight's GPUs set trainer.n_gpus_per_node; no GPU (CI, render.py alone) is 1.
+    gpus = [dict(P40, index=i) for i in range(4)]
+    render.render("pascal", tmp_path / "a", {"preflight_gpus": gpus})
+    assert "trainer.n_gpus_per_node=4" in print_overrides(tmp_path / "a" / "train.sh")
+    render.render("pascal", tmp_path / "b", {})
+    assert "trainer.n_gpus_per_node=1" in print_overrides(tmp_path / "b" / "train.sh")
+    # The variable still wins.
+    render.render("pascal", tmp_path / "c", {"preflight_gpus": gpus, "train_n_gpus_per_node": 2})
+    assert "trainer.n_gpus_per_node=2" in print_overrides(tmp_path / "c" / "train.sh")
+
+
+def test_picked_gpus_and_peer_to_peer_reach_train_env(tmp_path: Path):
+    picked = [dict(P40, index=1), dict(P40, index=3)]
+    blocked = {"checked": True, "ok": False, "blocked": ["GPU 1 - GPU 3: CNS (Chipset not supported)"]}
+    render.render(
+        "pascal", tmp_path / "a", {"train_gpus": [1, 3], "preflight_gpus": picked, "preflight_gpu_p2p": blocked}
+    )
+    env = (tmp_path / "a" / "train.env").read_text()
+    assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID\nexport CUDA_VISIBLE_DEVICES=1,3\n" in env
+    assert "export NCCL_P2P_DISABLE=1" in env
+    assert "trainer.n_gpus_per_node=2" in print_overrides(tmp_path / "a" / "train.sh")
+    # Peer-to-peer available, or not checked, or one GPU: NCCL is left to decide.
+    for p2p, gpus in (({"checked": True, "ok": True, "blocked": []}, picked), ({}, picked[:1])):
+        render.render("pascal", tmp_path / "b", {"preflight_gpus": gpus, "preflight_gpu_p2p": p2p})
+        env = (tmp_path / "b" / "train.env").read_text()
+        assert "NCCL_P2P_DISABLE" not in env and "CUDA_VISIBLE_DEVICES" not in env
+
+
 def rollout_overrides(directory: Path) -> tuple[int, int]:
     overrides = print_overrides(directory / "train.sh")
     micro = [item for item in overrides if item.startswith("+actor_rollout_ref.rollout.micro_batch_size=")]
