@@ -300,9 +300,10 @@ def test_a_host_s_gpus_set_the_memory_and_the_report_s_peak(tmp_path: Path):
     render.render("pascal", tmp_path, {**config, "train_adv_estimator": "grpo"})
     text = (tmp_path / "train.sh").read_text()
     assert "Sized for 16280 MiB" in text
-    # 1.5B with a critic on 16 GB does not fit; GRPO (no critic) gives 32.
     assert "--card 'Tesla P100-PCIE-16GB' --peak-tflops 9.34" in text
-    assert rollout_overrides(tmp_path) == (32, 32)
+    # Both GPUs train (n_gpus_per_node from preflight): 32 prompts each, validation 2 x 32.
+    assert "trainer.n_gpus_per_node=2" in print_overrides(tmp_path / "train.sh")
+    assert rollout_overrides(tmp_path) == (32, 64)
 
 
 def test_a_kl_term_counts_the_reference_model(tmp_path: Path):
