@@ -44,8 +44,8 @@ molecule: images standins  ## converge, idempotence, verify in containers (Debia
 	$(MIRROR) $(BIN)/molecule test -s default
 	$(MIRROR) $(BIN)/molecule test -s bullseye
 
-integration: images standins  ## bad input and faults, against a throwaway container
-	$(MIRROR) $(BIN)/python -m pytest -q --durations=25 tests/integration
+integration: images standins  ## bad input and faults, against throwaway containers (one per test file, two at a time)
+	$(MIRROR) $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests/integration
 
 test: lint unit molecule integration  ## everything CI runs
 

@@ -1,6 +1,8 @@
 """Faults of the Python layers: clear messages, nothing half-installed, the next run recovers.
 
-Runs after test_faults.py on the same container, whose CUDA layer is built by then.
+Runs on a container of its own beside test_faults.py (make integration: -n 2 --dist
+loadfile), or after it on the same one; the CUDA layer Apex needs is built first if it
+is not there yet.
 
 What these catch: a refused torch pin left in constraints.txt (later pip calls would be
 pinned to a torch that does not exist); a bad verl_version that deletes a working checkout
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+
+import pytest
 
 ENV = "/opt/miniforge3/envs/verl-env"
 CONSTRAINTS = ENV + "/constraints.txt"
@@ -35,6 +39,14 @@ wheel = zipfile.ZipFile(sys.argv[1])
 print(json.dumps(wheel.read(name).decode().splitlines()))
 """
 CACHED_WHEEL = "ls /var/cache/verl-p40/apex-wheels/*/apex-*.whl"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cuda_layer(host):
+    """Apex builds against the CUDA layer: build it unless test_faults.py did on this container."""
+    if host.state("cuda").get("status") != "complete":
+        run = host.play("--tags", "cuda")
+        assert run.returncode == 0, run.output[-3000:]
 
 
 def assert_installed_from_the_cached_wheel(host, before: dict) -> None:
