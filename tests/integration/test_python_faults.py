@@ -13,6 +13,7 @@ before finding out the tag does not exist; an Apex "reinstall" that installed no
 from __future__ import annotations
 
 import hashlib
+import urllib.parse
 import uuid
 
 import pytest
@@ -55,7 +56,8 @@ def assert_installed_from_the_cached_wheel(host, before: dict) -> None:
     after = host.python(APEX_DIST)
     assert after["record_id"] != before["record_id"], "apex's RECORD is untouched: nothing was installed"
     (wheel,) = host.sh(CACHED_WHEEL).stdout.split()
-    assert after["url"] == "file://" + wheel
+    # pip writes the path URL-quoted (the "+" of a local version is %2B).
+    assert urllib.parse.unquote(after["url"]) == "file://" + wheel
     wheel_lines = [line for line in host.python(WHEEL_RECORD, wheel) if "/RECORD," not in line]
     assert set(wheel_lines) <= set(after["record"])
 
