@@ -4,6 +4,7 @@
     python tools/render.py --profile pascal --out /tmp/launcher
     python tools/render.py --profile pascal --out DIR --var train_n_gpus_per_node=2
     python tools/render.py --profile pascal --out DIR --model-config config.json --gpu-memory-mib 16280
+    python tools/render.py --profile pascal --out DIR --nvidia-smi gpus.csv [--nvidia-smi-topo p2p.txt]
     python tools/render.py --list-profiles
 
 Variables come from where the train role gets them, in Ansible's order: the
@@ -45,6 +46,7 @@ from ansible.template import Templar, trust_as_template  # noqa: E402
 
 sys.path.insert(0, str(REPO / "filter_plugins"))
 from launcher import launcher_env_problems  # noqa: E402
+from nvidia import gpus_picked, nvidia_smi_gpus, nvidia_smi_p2p  # noqa: E402
 
 # The roles of playbooks/train.yml, in play order: the train role reads the data and model
 # roles' output directories (train_data_dir, train_model_path).
@@ -216,6 +218,16 @@ def validation_lines(profile: dict[str, Any]) -> list[str]:
     return ["validated: %s, on %s (%s)" % (run["what"], run["where"], run["evidence"]) for run in runs]
 
 
+def preflight_gpu_vars(smi: Path, topo: Path | None, pick: list[Any]) -> dict[str, Any]:
+    """What preflight sets from a host's nvidia-smi output (roles/preflight/tasks/gpu.yml), by the same filters."""
+    gpus = gpus_picked(nvidia_smi_gpus(smi.read_text()), pick)
+    found: dict[str, Any] = {"preflight_gpus": gpus}
+    if len(gpus) > 1 and topo:
+        p2p = nvidia_smi_p2p(topo.read_text(), [gpu["index"] for gpu in gpus])
+        found["preflight_gpu_p2p"] = dict(p2p, checked=True)
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", help="name of a profile in stack_gpu_profiles")
@@ -247,6 +259,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MIB",
         help="GPU memory per GPU as nvidia-smi reports it (sets train_gpu_memory_mib)",
     )
+    parser.add_argument(
+        "--nvidia-smi",
+        type=Path,
+        metavar="FILE",
+        help="a host's recorded `%s` output: its GPUs (picked by train_gpus) set the GPU count "
+        "and memory, as preflight does (sets preflight_gpus)"
+        % "nvidia-smi --query-gpu=... --format=csv,noheader,nounits",
+    )
+    parser.add_argument(
+        "--nvidia-smi-topo",
+        type=Path,
+        metavar="FILE",
+        help="that host's recorded `nvidia-smi topo -p2p r` output (sets preflight_gpu_p2p)",
+    )
     parser.add_argument("--list-profiles", action="store_true", help="print the profile names and exit")
     args = parser.parse_args(argv)
 
@@ -270,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
         for item in args.var:
             key, value = parse_var(item)
             extra[key] = value
+        if args.nvidia_smi:
+            extra.update(preflight_gpu_vars(args.nvidia_smi, args.nvidia_smi_topo, extra.get("train_gpus") or []))
+        elif args.nvidia_smi_topo:
+            parser.error("--nvidia-smi-topo needs --nvidia-smi")
         written = render(args.profile, args.out, extra)
         _, data = load_variables()
         for line in validation_lines(data["stack_gpu_profiles"][args.profile]):

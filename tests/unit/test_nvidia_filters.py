@@ -46,6 +46,14 @@ GPU_SAMPLES = {
         ],
         "550.90.07",
     ),
+    # Two P40s with ECC on (their usual state): memory.total reads 22919 MiB (tests/gpu's two-GPU proof).
+    "p40-x2-ecc.txt": (
+        [
+            ("Tesla P40", "6.1", 22919, "00000000:3B:00.0"),
+            ("Tesla P40", "6.1", 22919, "00000000:AF:00.0"),
+        ],
+        "570.172.08",
+    ),
     "p40-x2-p100-x2.txt": (
         [
             ("Tesla P40", "6.1", 24576, "00000000:04:00.0"),
