@@ -7,6 +7,10 @@
 #   tests/gpu/run_ppo.sh memory   # Qwen2.5-0.5B-Instruct's architecture, pascal batch and
 #                                 # offload settings, every process capped at 24 GiB
 #   tests/gpu/run_ppo.sh all      # both
+#   tests/gpu/run_ppo.sh two-gpu  # two GPUs: smoke and memory with the launcher rendered for two
+#                                 # P40s (n_gpus_per_node=2 from a recorded nvidia-smi), NCCL_DEBUG=INFO,
+#                                 # then 3 steps with NCCL_P2P_DISABLE=1 as on a board without P2P
+#   tests/gpu/run_ppo.sh two-gpu-dry  # one GPU: that launcher's overrides and composed config only
 #
 # Everything comes from the project: the wheelhouse (tests/gpu/wheelhouse.py,
 # carried as .whl/) is installed into $P40_WORK/site; the verl 0.4.1 sdist is
@@ -49,6 +53,15 @@ MEMORY_PLOT=${MEMORY_PLOT:-1}
 SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-420}
 MEMORY_TIMEOUT=${MEMORY_TIMEOUT:-480}
 CAP_GIB=${P40_GPU_MEM_GB:-24}
+# Prefix of the smoke run's result files in $OUT.
+SMOKE_NAME=${SMOKE_NAME:-smoke}
+# A host's recorded nvidia-smi output (and its topo -p2p r) for the launcher's render
+# (tools/render.py --nvidia-smi): the GPU count then comes from the product, as on a host.
+GPU_SAMPLE=${GPU_SAMPLE:-}
+GPU_TOPO=${GPU_TOPO:-}
+# Two P40s with ECC on (tests/unit/samples): the two-GPU modes render for this host.
+TWO_P40=$REPO/tests/unit/samples/nvidia-smi/p40-x2-ecc.txt
+TWO_P40_NO_P2P=$REPO/tests/unit/samples/nvidia-smi-topo/p40-x2-acs.txt
 
 cd "$REPO"
 mkdir -p "$WORK" "$OUT"
@@ -125,7 +138,30 @@ render_launcher() {  # dir model [--var k=v ...]
     --var "train_data_dir=$DATA" \
     --var "train_conda_prefix=$WORK/conda" \
     --var "train_conda_env=verl" \
-    --var "train_cuda_env_script=$WORK/env/cuda.sh" "$@"
+    --var "train_cuda_env_script=$WORK/env/cuda.sh" \
+    ${GPU_SAMPLE:+--nvidia-smi "$GPU_SAMPLE"} ${GPU_TOPO:+--nvidia-smi-topo "$GPU_TOPO"} "$@"
+}
+
+# The two-GPU proof's launcher on a one-GPU machine: rendered for two P40s, its override
+# list and verl's composed config (trainer.n_gpus_per_node=2), no training.
+two_gpu_dry() {
+  python3 tests/gpu/make_tiny_model.py --out "$WORK/models/tiny"
+  make_data "$WORK/models/tiny"
+  local dir=$WORK/two-gpu-dry
+  rm -rf "$dir"
+  GPU_SAMPLE=$TWO_P40 GPU_TOPO=$TWO_P40_NO_P2P render_launcher "$dir" "$WORK/models/tiny" \
+    --model-config "$WORK/models/tiny/config.json" --var "train_extra_env={$QUIET_ENV}"
+  {
+    echo "== tools/render.py --nvidia-smi tests/unit/samples/nvidia-smi/p40-x2-ecc.txt --nvidia-smi-topo .../p40-x2-acs.txt"
+    echo "== train.env"
+    cat "$dir/train.env"
+    echo "== train.sh --print-overrides"
+    env -u PYTHONPATH "$dir/train.sh" --print-overrides
+    echo "== train.sh --dry-run (verl's composed config), trainer section"
+    env -u PYTHONPATH "$dir/train.sh" --dry-run | sed -n '/^trainer:/,/^[a-z_]*:$/p'
+  } >"$OUT/two-gpu-dry.txt" 2>&1
+  cat "$OUT/two-gpu-dry.txt"
+  grep -q "n_gpus_per_node: 2" "$OUT/two-gpu-dry.txt" && grep -q "NCCL_P2P_DISABLE=1" "$OUT/two-gpu-dry.txt"
 }
 
 recipe() {
@@ -160,31 +196,31 @@ smoke() {
   say "tiny Qwen2 model, data, pascal launcher"
   python3 tests/gpu/make_tiny_model.py --out "$WORK/models/tiny"
   make_data "$WORK/models/tiny"
-  local dir=$WORK/smoke
+  local dir=$WORK/$SMOKE_NAME
   rm -rf "$dir"
   render_launcher "$dir" "$WORK/models/tiny" --model-config "$WORK/models/tiny/config.json" --var "train_extra_env={$QUIET_ENV}"
   local args=("trainer.total_training_steps=$SMOKE_STEPS" trainer.test_freq=10 trainer.save_freq=10)
-  python3 roles/train/files/validate_overrides.py --verl "$VERL" --script "$dir/train.sh" "${args[@]}" >"$WORK/smoke-validate.json" || true
+  python3 roles/train/files/validate_overrides.py --verl "$VERL" --script "$dir/train.sh" "${args[@]}" >"$WORK/$SMOKE_NAME-validate.json" || true
   {
     echo "== roles/train/files/validate_overrides.py --script train.sh ${args[*]}"
-    cat "$WORK/smoke-validate.json"
+    cat "$WORK/$SMOKE_NAME-validate.json"
     echo "== train.env"
     cat "$dir/train.env"
     echo "== train.sh --print-overrides ${args[*]}"
     env -u PYTHONPATH "$dir/train.sh" --print-overrides "${args[@]}"
     echo "== train.sh --dry-run ${args[*]} (verl's composed config)"
     env -u PYTHONPATH "$dir/train.sh" --dry-run "${args[@]}"
-  } >"$OUT/smoke-launcher.txt" 2>&1
+  } >"$OUT/$SMOKE_NAME-launcher.txt" 2>&1
   say "train.sh ${args[*]}"
   local status=0
-  env -u PYTHONPATH timeout "$SMOKE_TIMEOUT" "$dir/train.sh" "${args[@]}" >"$WORK/smoke-console.log" 2>&1 || status=$?
+  env -u PYTHONPATH timeout "$SMOKE_TIMEOUT" "$dir/train.sh" "${args[@]}" >"$WORK/$SMOKE_NAME-console.log" 2>&1 || status=$?
   stop_ray
   say "train.sh exit status $status"
-  cp "$dir"/logs/train-*.log "$OUT/smoke-train.log" 2>/dev/null || cp "$WORK/smoke-console.log" "$OUT/smoke-train.log"
-  echo "train.sh exit status $status" >>"$OUT/smoke-train.log"
-  python3 tests/gpu/summarize.py smoke --log "$OUT/smoke-train.log" --checkpoints "$dir/checkpoints/gsm8k-gae-pascal" \
-    --steps "$SMOKE_STEPS" | tee "$OUT/smoke-summary.txt" || true
-  echo "train.sh exit status $status" >>"$OUT/smoke-summary.txt"
+  cp "$dir"/logs/train-*.log "$OUT/$SMOKE_NAME-train.log" 2>/dev/null || cp "$WORK/$SMOKE_NAME-console.log" "$OUT/$SMOKE_NAME-train.log"
+  echo "train.sh exit status $status" >>"$OUT/$SMOKE_NAME-train.log"
+  python3 tests/gpu/summarize.py smoke --log "$OUT/$SMOKE_NAME-train.log" --checkpoints "$dir/checkpoints/gsm8k-gae-pascal" \
+    --steps "$SMOKE_STEPS" | tee "$OUT/$SMOKE_NAME-summary.txt" || true
+  echo "train.sh exit status $status" >>"$OUT/$SMOKE_NAME-summary.txt"
 }
 
 memory() {
@@ -247,5 +283,12 @@ case $mode in
   smoke) recipe; smoke ;;
   memory) memory ;;
   all) recipe; smoke; memory ;;
-  *) echo "usage: run_ppo.sh smoke|memory|all" >&2; exit 2 ;;
+  # Two GPUs (issue: the two-GPU proof): the launcher rendered for two P40s, NCCL's choice logged.
+  two-gpu)
+    export NCCL_DEBUG=INFO
+    SMOKE_NAME=two-gpu-smoke GPU_SAMPLE=$TWO_P40 smoke
+    MEMORY_NAME=two-gpu-memory GPU_SAMPLE=$TWO_P40 memory
+    SMOKE_NAME=two-gpu-no-p2p SMOKE_STEPS=3 GPU_SAMPLE=$TWO_P40 GPU_TOPO=$TWO_P40_NO_P2P smoke ;;
+  two-gpu-dry) two_gpu_dry ;;
+  *) echo "usage: run_ppo.sh smoke|memory|all|two-gpu|two-gpu-dry" >&2; exit 2 ;;
 esac
