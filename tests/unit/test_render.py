@@ -269,32 +269,13 @@ def test_a_recorded_nvidia_smi_output_sets_the_gpus(tmp_path: Path):
     # render.py --nvidia-smi: the launcher a host with that output gets (the two-GPU proof renders it).
     samples = REPO / "tests" / "unit" / "samples"
     smi, topo = samples / "nvidia-smi" / "p40-x2-ecc.txt", samples / "nvidia-smi-topo" / "p40-x2-acs.txt"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "tools" / "render.py"),
-            "--profile",
-            "pascal",
-            "--out",
-            str(tmp_path / "a"),
-            "--nvidia-smi",
-            str(smi),
-        ]
-        + ["--nvidia-smi-topo", str(topo)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    host = ["--profile", "pascal", "--nvidia-smi", str(smi), "--nvidia-smi-topo", str(topo)]
+    assert render.main(host + ["--out", str(tmp_path / "a")]) == 0
     assert "trainer.n_gpus_per_node=2" in print_overrides(tmp_path / "a" / "train.sh")
     assert "Sized for 22919 MiB" in (tmp_path / "a" / "train.sh").read_text()
     assert "export NCCL_P2P_DISABLE=1" in (tmp_path / "a" / "train.env").read_text()
     # train_gpus picks one of them, as on the host.
-    render_main = render.main(
-        ["--profile", "pascal", "--out", str(tmp_path / "b"), "--nvidia-smi", str(smi)]
-        + ["--nvidia-smi-topo", str(topo), "--var", "train_gpus=[1]"]
-    )
-    assert render_main == 0
+    assert render.main(host + ["--out", str(tmp_path / "b"), "--var", "train_gpus=[1]"]) == 0
     assert "trainer.n_gpus_per_node=1" in print_overrides(tmp_path / "b" / "train.sh")
     assert "NCCL_P2P_DISABLE" not in (tmp_path / "b" / "train.env").read_text()
 
