@@ -107,8 +107,15 @@ def test_an_index_credential_stays_out_of_the_host_and_the_output(host):
     wrote on the host keeps it, and pip's command line (which ps shows, and which the failed
     task's output prints) does not hold it."""
     secret = "s3cret-" + uuid.uuid4().hex[:12]
-    run = host.play("--tags", "torch", rebuild="torch", torch_index_url="http://ci:%s@127.0.0.1:9/simple" % secret)
-    assert run.returncode != 0  # nothing serves that index
+    # A version that is not installed, so pip has to ask the index (nothing serves it).
+    run = host.play(
+        "--tags",
+        "torch",
+        torch_index_url="http://ci:%s@127.0.0.1:9/simple" % secret,
+        torch_packages=["torch==2.6.99"],
+        torch_expected_version="2.6.99",
+    )
+    assert run.returncode != 0
     assert "from http://***@127.0.0.1:9/simple" in run.output
     assert secret not in run.output
     kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl %s /tmp /var/tmp || true" % (secret, ENV))
