@@ -156,11 +156,10 @@ import hashlib
 import json
 import os
 import shutil
-import stat
-import tempfile
 from typing import Dict, List, Optional, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.stack_files import replace_keeping as write_atomic
 from ansible.module_utils.verl_fixes import CATALOG, NEVER_TOUCH, PLACEHOLDERS, VERSION_FILE
 
 STATE_DIR = ".verl_p40_patch"
@@ -183,30 +182,6 @@ def sha256(data: bytes) -> str:
 def read_bytes(path: str) -> bytes:
     with open(path, "rb") as handle:
         return handle.read()
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Replace path with data so that a reader sees the old or the new file, never half of one."""
-    # Through a symlink, so the link stays a link.
-    path = os.path.realpath(path)
-    directory = os.path.dirname(path)
-    old = os.stat(path) if os.path.exists(path) else None
-    fd, tmp = tempfile.mkstemp(prefix=".verl_patch.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp creates 0600; an executable or group-readable file must stay so.
-        os.chmod(tmp, stat.S_IMODE(old.st_mode) if old else 0o644)
-        # A become: true run must not leave root-owned files in a user's checkout.
-        if old and os.geteuid() == 0 and (old.st_uid, old.st_gid) != (0, 0):
-            os.chown(tmp, old.st_uid, old.st_gid)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def state_dir(root: str) -> str:
