@@ -17,9 +17,9 @@ description:
     user's home directory or one of its ancestors.
   - A tree counts as this project's when it holds the marker file C(.verl-p40-tree) naming the
     layer, or when the layer's state record in O(state_dir) names the path among its details
-    (hosts converged before markers existed) under O(record_key), unless the record says the
-    layer C(adopted) a tree it found there. Anything else at the path is foreign, and O(state=absent)
-    stops with a message and leaves it as it is.
+    under O(record_key) and says C(adopted=false) (it installed the tree, it did not find it there).
+    A record without C(adopted), from a version that did not say, does not count. Anything else at
+    the path is foreign, and O(state=absent) stops with a message and leaves it as it is.
 options:
   path:
     description: The tree. Must be absolute.
@@ -167,10 +167,31 @@ def recorded_path(state_dir: str, layer: str, key: str) -> Optional[str]:
     except (OSError, ValueError):
         return None
     details = record.get("details") or {}
-    if details.get("adopted") is True:  # found there and kept, not made: never deleted
+    # Only a record that says the layer installed the tree (adopted: false) counts. adopted: true is a
+    # tree found there and kept; a record without the key was written before layers said which, by a
+    # version that adopted trees too: it cannot tell, so the tree is not deleted on its say-so.
+    if details.get("adopted") is not False:
         return None
     value = details.get(key)
     return os.path.realpath(value) if isinstance(value, str) and value.startswith("/") else None
+
+
+def undecided_note(state_dir: str, layer: str, path: str) -> str:
+    """What to add to the foreign-tree message when the layer's record is an old one that names
+    the path without saying whether the layer installed it."""
+    try:
+        with open(os.path.join(state_dir, layer + ".json"), encoding="utf-8") as handle:
+            details = json.load(handle).get("details") or {}
+    except (OSError, ValueError, AttributeError):
+        return ""
+    named = [value for value in details.values() if isinstance(value, str) and value.startswith("/")]
+    if "adopted" in details or path not in [os.path.realpath(value) for value in named]:
+        return ""
+    return (
+        "; its record, written by an older version, names the path but not whether the layer installed it "
+        "or found it there. If this project installed it, remove the tree yourself; if it is yours, keep it "
+        "and point the variable elsewhere"
+    )
 
 
 def is_ours(path: str, layer: str, state_dir: str, key: str = "prefix") -> bool:
@@ -245,8 +266,9 @@ def main() -> None:
     result = dict(changed=False, path=path, exists=exists, ours=ours)
     foreign = (
         "%s (%s = %s) holds something this project did not make (no %s marker of the %s layer, no state "
-        "record naming it). It is left as it is. Move it away or set %s to another path, then rerun."
-        % (path, p["var"], p["path"], MARKER, p["layer"], p["var"])
+        "record saying the layer installed it%s). It is left as it is. Move it away or set %s to another path, "
+        "then rerun."
+        % (path, p["var"], p["path"], MARKER, p["layer"], undecided_note(p["state_dir"], p["layer"], path), p["var"])
     )
     if p["state"] == "check":
         if exists and not ours and p["require_ours"]:

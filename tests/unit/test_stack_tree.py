@@ -103,12 +103,13 @@ def test_another_layers_marker_is_foreign(tmp_path):
 
 
 def test_state_record_counts_as_ours(tmp_path):
-    # Hosts converged before markers existed: the layer's record names the prefix.
+    # A tree without a marker: the layer's record names the prefix and says the layer installed it.
     tree = tmp_path / "cuda-11.8"
     (tree / "bin").mkdir(parents=True)
     layers = tmp_path / "layers"
     layers.mkdir()
-    (layers / "cuda.json").write_text(json.dumps({"details": {"prefix": str(tree), "host_compiler": "/usr/bin/g++"}}))
+    record = {"details": {"prefix": str(tree), "host_compiler": "/usr/bin/g++", "adopted": False}}
+    (layers / "cuda.json").write_text(json.dumps(record))
     assert module(tmp_path, path=str(tree), state="absent")["changed"] and not tree.exists()
     # Another key of the record (cudnn records the CUDA prefix it links into) does not count.
     (tree / "bin").mkdir(parents=True)
@@ -124,6 +125,22 @@ def test_adopted_tree_is_not_ours(tmp_path):
     layers.mkdir()
     (layers / "cuda.json").write_text(json.dumps({"details": {"prefix": str(tree), "adopted": True}}))
     assert module(tmp_path, path=str(tree), state="absent")["_rc"] != 0 and tree.is_dir()
+
+
+def test_an_old_record_that_does_not_say_is_not_ours(tmp_path):
+    # Written by a version that adopted trees without saying so: the toolkit there may be the user's.
+    tree = tmp_path / "cuda-11.8"
+    (tree / "bin").mkdir(parents=True)
+    layers = tmp_path / "layers"
+    layers.mkdir()
+    (layers / "cuda.json").write_text(json.dumps({"details": {"prefix": str(tree), "nvcc": "11.8"}}))
+    result = module(tmp_path, path=str(tree), state="absent")
+    assert result["_rc"] != 0 and tree.is_dir()
+    assert "written by an older version" in result["msg"] and "remove the tree yourself" in result["msg"]
+    # A plain foreign tree (no record naming it) gets no such note.
+    (layers / "cuda.json").unlink()
+    result = module(tmp_path, path=str(tree), state="absent")
+    assert result["_rc"] != 0 and "older version" not in result["msg"]
 
 
 def test_a_tree_unpacked_inside_ours_can_be_claimed(tmp_path):
