@@ -88,10 +88,36 @@ def url_redacted(url: Any) -> str:
     return _URL_USERINFO.sub(r"\1***@", str(url or ""))
 
 
+def url_without_credentials(url: Any) -> str:
+    """The URL with its ``user:password@`` part removed: what git or pip may be given on a command line."""
+    return _URL_USERINFO.sub(r"\1", str(url or ""))
+
+
+def git_credential_line(url: Any) -> str:
+    """The line git's ``store`` credential helper reads for a URL that carries credentials
+    (``scheme://user:password@host[:port]``), or ``""`` when it carries none.
+
+    git asks its helpers when the server answers 401; the store file matches on scheme and
+    host, so the repository's path is left out.
+    """
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/@]*)@([^/?#]*)", str(url or ""))
+    if not match or not match.group(3):
+        return ""
+    scheme, userinfo, host = match.groups()
+    if scheme.lower() not in ("http", "https"):
+        raise AnsibleFilterError(
+            "a %s:// URL cannot carry credentials for git here (only http and https ones can); "
+            "use an SSH key or a URL without them" % scheme
+        )
+    return "%s://%s@%s" % (scheme.lower(), userinfo, host)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "stack_artifact": stack_artifact,
             "pip_check_problems": pip_check_problems,
             "url_redacted": url_redacted,
+            "url_without_credentials": url_without_credentials,
+            "git_credential_line": git_credential_line,
         }

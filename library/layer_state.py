@@ -79,6 +79,15 @@ options:
         refuses to complete a layer that another run marked building.
     type: str
     default: ""
+  step:
+    description:
+      - With O(state=building), what the layer is about to do that a killed run would leave half done,
+        recorded as RV(previous.step) in the building record (V("") removes it). The pip layers say V(pip) right
+        before pip changes the env and V("") again when pip stopped by itself (it rolled back). A layer
+        found building at step V(pip) was killed in the middle of an install, and reinstalls with
+        C(--force-reinstall), since pip would call a half-installed package "already satisfied".
+    type: str
+    default: ""
   verify:
     description:
       - The user's request to look at the host again even where the record says the layer is unchanged
@@ -151,7 +160,7 @@ previous:
   description:
     - The state recorded before this call; V({}) when there is none. A file that cannot be read as a
       JSON object gives only RV(previous.status=unreadable).
-    - A layer marked building holds only RV(previous.status), RV(previous.name) and RV(previous.run)
+    - A layer marked building holds only RV(previous.status), RV(previous.name), RV(previous.run) and RV(previous.step)
       on top of what was there.
   type: dict
   returned: always
@@ -196,6 +205,10 @@ previous:
       description: The run id that marked the layer building (O(run)).
       type: str
       sample: ctl-4242-123456
+    step:
+      description: What a layer marked building was doing (O(step)); absent when it said nothing.
+      type: str
+      sample: pip
     files:
       description:
         - The O(files) recorded with it, each as V([kind, size, mtime_ns]) (kind V(file), V(dir) or
@@ -418,6 +431,7 @@ def main() -> None:
             built=dict(type="bool", default=True),
             details=dict(type="dict", default={}),
             run=dict(type="str", default=""),
+            step=dict(type="str", default=""),
             verify=dict(type="raw", default=""),
             files=dict(type="list", elements="path", default=[]),
         ),
@@ -488,6 +502,9 @@ def main() -> None:
         marked = dict(previous, status="building", name=name)
         if p["run"]:
             marked["run"] = p["run"]
+        marked.pop("step", None)
+        if p["step"]:
+            marked["step"] = p["step"]
         result["changed"] = marked != previous
         if module._diff:
             result["diff"] = state_diff(path, previous, marked)

@@ -13,10 +13,18 @@ before finding out the tag does not exist; an Apex "reinstall" that installed no
 from __future__ import annotations
 
 import hashlib
+import re
+import shlex
+import socket
+import sys
 import urllib.parse
 import uuid
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
+import mirror  # noqa: E402
 
 ENV = "/opt/miniforge3/envs/verl-env"
 CONSTRAINTS = ENV + "/constraints.txt"
@@ -40,6 +48,10 @@ wheel = zipfile.ZipFile(sys.argv[1])
 print(json.dumps(wheel.read(name).decode().splitlines()))
 """
 CACHED_WHEEL = "ls /var/cache/verl-p40/apex-wheels/*/apex-*.whl"
+PY_STANDINS = Path(__file__).resolve().parents[2] / ".cache" / "standins-python"
+# A git on the host's PATH that logs every command line it gets (what ps would show), then runs git.
+GIT_ARGV_LOG = "/tmp/git-argv.log"
+LOGGING_GIT = '#!/bin/sh\necho "$*" >> %s\nexec /usr/bin/git "$@"\n' % GIT_ARGV_LOG
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -215,6 +227,84 @@ def test_a_verl_rebuild_keeps_local_work(host):
     host.sh("rm -rf " + kept)
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_git_credential_stays_off_the_command_line(host):
+    """A private git mirror's URL may carry a token (https://user:token@host/verl.git). git used to
+    get it on its command line (ps shows it) and wrote it into the checkout's .git/config and the
+    layer's record. Now git gets the bare URL and the token from a 0600 store that the checkout
+    removes again; the mirror here answers 401 without the token, so the clone works only if the
+    token still reaches git."""
+    secret = "s3cret-" + uuid.uuid4().hex[:12]
+    port = free_port()
+    server = mirror.serve([str(PY_STANDINS)], port, auth="ci:" + secret)
+    bare = "http://127.0.0.1:%d/verl.git" % port
+    try:
+        # The mirror refuses a client without the token: the broken case this test tells apart.
+        refused = host.as_user("GIT_TERMINAL_PROMPT=0 git ls-remote %s" % bare, check=False)
+        assert refused.returncode != 0 and "could not read Username" in refused.stderr
+        host.sh(
+            "printf '%s' > /usr/local/bin/git && chmod 755 /usr/local/bin/git && rm -f %s" % (LOGGING_GIT, GIT_ARGV_LOG)
+        )
+        run = host.play(
+            "--tags", "verl", rebuild="verl", verl_repo_url="http://ci:%s@127.0.0.1:%d/verl.git" % (secret, port)
+        )
+        argv = host.sh("cat %s" % GIT_ARGV_LOG).stdout
+    finally:
+        server.shutdown()
+        host.sh("rm -f /usr/local/bin/git %s" % GIT_ARGV_LOG)
+    assert run.returncode == 0, run.output[-3000:]
+    assert "clone" in argv and bare in argv
+    assert secret not in argv
+    assert secret not in run.output
+    kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl %s /tmp /var/tmp || true" % (secret, ENV))
+    assert kept.stdout.split() == []
+    assert host.state("verl")["inputs"]["repo"] == "http://***@127.0.0.1:%d/verl.git" % port
+    assert not host.exists("/home/verl/verl-p40/.git-credentials.d")
+    # Back to the CI mirror, for the tests after this one.
+    run = host.play("--tags", "verl")
+    assert run.returncode == 0, run.output[-3000:]
+
+
+def test_a_run_killed_in_the_middle_of_pip(host):
+    """A run killed while pip installs verl's set leaves a package half installed, which the next
+    pip call calls "already satisfied". The layer was marked building at step pip, so the next run
+    reinstalls the set with --force-reinstall: the file the killed run did not write is back."""
+    package = host.python("import codetiming, os, json; print(json.dumps(os.path.dirname(codetiming.__file__)))")
+    host.sh("rm %s/__init__.py" % package)
+    host.sh(
+        "python3 -c \"import json; p = '/var/lib/verl-p40/layers/verl.json'; r = json.load(open(p));"
+        " r.update(status='building', step='pip'); json.dump(r, open(p, 'w'))\""
+    )
+    run = host.play("--tags", "verl")
+    assert run.returncode == 0, run.output[-3000:]
+    assert host.exists(package + "/__init__.py")
+    state = host.state("verl")
+    assert state["status"] == "complete" and "step" not in state
+
+
+def test_a_hugging_face_token_stays_in_its_file(host):
+    """stack_hf_token (gated models and datasets) reaches the hub client only as a 0600 file of the
+    training user's: the fetch tool says it was given one, and nothing else the run wrote or printed
+    (verbose output included) holds it. Without a token the file goes."""
+    secret = "hf_" + uuid.uuid4().hex
+    token_file = "/home/verl/verl-p40/.hf-token"
+    run = host.play("--tags", "model", "-v", rebuild="model", stack_hf_token=secret)
+    assert run.returncode == 0, run.output[-3000:]
+    assert re.search(r'hf_token\\?": true', run.output), "the fetch tool was not given the token"
+    assert secret not in run.output
+    assert host.sh("stat -c '%a %U' " + token_file).stdout.split() == ["600", "verl"]
+    kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl /tmp /var/tmp || true" % secret).stdout.split()
+    assert kept == [token_file]
+    run = host.play("--tags", "model", rebuild="model")
+    assert run.returncode == 0, run.output[-3000:]
+    assert not host.exists(token_file)
+
+
 def test_vllm_is_refused_on_a_pascal_gpu(host):
     host.fake_nvidia_smi("0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0")
     try:
@@ -313,3 +403,64 @@ def test_a_link_the_training_user_planted_in_its_home(host):
     run = host.play("--tags", "model", rebuild="model")
     assert run.returncode == 0, run.output[-3000:]
     assert host.sh("stat -c %U /home/verl/verl-p40/tools").stdout.strip() == "verl"
+
+
+# A .pth file runs its import line in every Python started from that env, whatever it imports.
+PLANT_DIR = "/tmp/verl-p40-plant"
+PLANT_PTH = "import os; open('%s/%%d-%%d' %% (os.getuid(), os.getpid()), 'w').close()\n" % PLANT_DIR
+PLANT_SH = "touch %s/$(id -u)-sh-$$\n" % PLANT_DIR
+
+
+def plants(host) -> list[str]:
+    return host.sh("ls %s" % PLANT_DIR).stdout.split()
+
+
+def test_root_never_runs_what_the_training_user_can_write(host):
+    """The env and Miniforge are the training user's. Planted there as that user: a .pth file in
+    the env (run by any Python of the env) and a line in Miniforge's conda.sh (sourced by the login
+    hook). A whole run that looks at every layer (-e verify=all) and one that rebuilds every layer
+    that runs the env's Python must leave markers of that user only, none of uid 0; so must a root
+    login shell. (A rebuild of the conda layer replaces the env, and the plant with it.)"""
+    site = host.python("import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))")
+    host.sh("rm -rf %s && mkdir -m 1777 %s" % (PLANT_DIR, PLANT_DIR))
+    host.as_user("printf %s > %s/verl_p40_plant.pth" % (shlex.quote(PLANT_PTH), site))
+    host.as_user("printf %s >> /opt/miniforge3/etc/profile.d/conda.sh" % shlex.quote(PLANT_SH))
+    try:
+        host.python("print(1)")  # the plant works: the env's Python as root would leave 0-<pid>
+        assert [m for m in plants(host) if m.startswith("0-")], "the .pth plant did not fire"
+        host.sh("rm -f %s/*" % PLANT_DIR)
+        for extra in ({"verify": "all"}, {"rebuild": "torch,apex,verl,patch,data,model,train"}):
+            run = host.play(**extra)
+            assert run.returncode == 0, run.output[-3000:]
+        host.sh("bash -lc true")
+        host.as_user("bash -lc true")
+        found = plants(host)
+    finally:
+        host.as_user("rm -f %s/verl_p40_plant.pth" % site)
+        host.as_user("sed -i '/verl-p40-plant/d' /opt/miniforge3/etc/profile.d/conda.sh")
+    assert [m for m in found if m.startswith("0-")] == [], found
+    # The training user's own runs did start the env's Python and its login shell.
+    uid = host.sh("id -u verl").stdout.strip()
+    assert [m for m in found if m.startswith(uid + "-sh-")] and [m for m in found if re.match(uid + r"-\d+$", m)]
+
+
+def test_credentials_in_the_env_settings_stay_in_their_0600_files(host):
+    """A private index's URL (stack_pip_index_url) and a training secret (train_extra_env) reach
+    only the files that need them, both 0600 and the training user's: the env's pip.conf and
+    train.env. Not the output (verbose included), a record, or any other file the run wrote."""
+    secret = "s3cret-" + uuid.uuid4().hex[:12]
+    settings = {
+        "stack_pip_index_url": "http://ci:%s@127.0.0.1:9/simple" % secret,
+        "train_extra_env": {"WANDB_API_KEY": secret},
+    }
+    run = host.play("--tags", "conda,train", "-v", verify="conda", **settings)
+    assert run.returncode == 0, run.output[-3000:]
+    assert secret not in run.output
+    kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl /opt/miniforge3 /tmp /var/tmp || true" % secret)
+    files = kept.stdout.split()
+    assert sorted(path.rsplit("/", 1)[-1] for path in files) == ["pip.conf", "train.env"], files
+    for path in files:
+        assert host.sh("stat -c '%a %U' " + path).stdout.split() == ["600", "verl"], path
+    run = host.play("--tags", "conda,train", verify="conda")
+    assert run.returncode == 0, run.output[-3000:]
+    assert host.sh("grep -rlI %s /var/lib/verl-p40 /home/verl /opt/miniforge3 || true" % secret).stdout.split() == []

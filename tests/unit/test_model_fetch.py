@@ -75,6 +75,7 @@ def test_local_copy_then_nothing_to_do(tmp_path):
         "complete": True,
         "missing": [],
         "msg": "%s is complete" % (tmp_path / "out"),
+        "hf_token": False,
     }
 
 
@@ -90,6 +91,30 @@ def test_unreachable_hub_says_how_to_pre_seed(tmp_path):
     assert run.returncode != 0
     assert "could not download Qwen/Qwen2.5-0.5B-Instruct" in run.stderr
     assert "model_source: local" in run.stderr and "model_local_path" in run.stderr
+
+
+def test_the_hub_token_reaches_the_client_and_nothing_else(tmp_path, monkeypatch, capsys):
+    """stack_hf_token reaches the tool as a 0600 file named by HF_TOKEN_PATH (never argv or the
+    environment's values): the hub client gets it, the summary says only that one was given."""
+    secret = "hf_s3cret"
+    (tmp_path / "token").write_text(secret + "\n")
+    seen = {}
+
+    def snapshot_download(repo_id, revision, local_dir, token):
+        seen["token"] = token
+        tiny_model.write(Path(local_dir))
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", type(sys)("huggingface_hub"))
+    monkeypatch.setattr(sys.modules["huggingface_hub"], "snapshot_download", snapshot_download, raising=False)
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "token"))
+    assert model_fetch.main(["fetch", "--source", "hub", "--name", "org/gated", "--out", str(tmp_path / "out")]) == 0
+    assert seen["token"] == secret
+    printed = capsys.readouterr().out
+    assert json.loads(printed.splitlines()[-1])["hf_token"] is True and secret not in printed
+    # A token file that cannot be read stops the fetch with its path, not a hub error.
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "missing"))
+    with pytest.raises(SystemExit, match="cannot read the Hugging Face token file"):
+        model_fetch.main(["fetch", "--source", "hub", "--name", "org/gated", "--out", str(tmp_path / "o2")])
 
 
 # -- whole files, not only readable headers -----------------------------------

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "filter_plugins"))
 sys.path.insert(0, str(REPO / "library"))
 import disk_space  # noqa: E402
-from stack import pip_check_problems, stack_artifact, url_redacted  # noqa: E402
+from stack import git_credential_line, pip_check_problems, stack_artifact, url_redacted, url_without_credentials  # noqa: E402
 
 MANIFEST = yaml.safe_load((REPO / "group_vars/all/artifacts.yml").read_text())["stack_artifacts"]
 
@@ -156,3 +156,24 @@ def test_pip_check_of_a_real_env(tmp_path):
 )
 def test_url_redacted(url, shown):
     assert url_redacted(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url, bare, line",
+    [
+        ("https://ci:s3cret@git.example/verl.git", "https://git.example/verl.git", "https://ci:s3cret@git.example"),
+        ("HTTP://tok@127.0.0.1:8080/a/b.git", "HTTP://127.0.0.1:8080/a/b.git", "http://tok@127.0.0.1:8080"),
+        # none: the URL as it is, and no line for git's store
+        ("https://git.example/a@b.git", "https://git.example/a@b.git", ""),
+        ("https://git.example/verl.git", "https://git.example/verl.git", ""),
+        ("", "", ""),
+    ],
+)
+def test_git_urls_lose_their_credentials(url, bare, line):
+    assert url_without_credentials(url) == bare
+    assert git_credential_line(url) == line
+
+
+def test_credentials_in_an_ssh_url_are_refused():
+    with pytest.raises(AnsibleFilterError, match="only http and https"):
+        git_credential_line("ssh://git:pw@git.example/verl.git")

@@ -185,10 +185,30 @@ def damaged_weights(directory: Path) -> list[Path]:
     return [path for path in weights if path.is_file() and weight_problem(path)]
 
 
+def hub_token() -> str | None:
+    """The Hugging Face token from the 0600 file HF_TOKEN_PATH names (the model layer writes it
+    from stack_hf_token), or None. Read here and given to the hub client, never printed."""
+    path = os.environ.get("HF_TOKEN_PATH", "")
+    if not path:
+        return None
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise SystemExit("model_fetch: cannot read the Hugging Face token file %s (%s)" % (path, exc.strerror)) from exc
+    return token or None
+
+
 def fetch(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
+    token = hub_token()
     if not missing_parts(out) and not args.force:
-        return {"changed": False, "complete": True, "missing": [], "msg": "%s is complete" % out}
+        return {
+            "changed": False,
+            "complete": True,
+            "missing": [],
+            "msg": "%s is complete" % out,
+            "hf_token": token is not None,
+        }
     out.mkdir(parents=True, exist_ok=True)
     for damaged in damaged_weights(out):
         damaged.unlink()
@@ -202,13 +222,15 @@ def fetch(args: argparse.Namespace) -> dict[str, Any]:
     elif args.source == "hub":
         from huggingface_hub import snapshot_download  # only this path needs it
 
-        snapshot_download(repo_id=args.name, revision=args.revision, local_dir=str(out))
+        snapshot_download(repo_id=args.name, revision=args.revision, local_dir=str(out), token=token)
     else:
         from modelscope import snapshot_download as ms_download  # only this path needs it
 
         ms_download(args.name, revision=args.revision, local_dir=str(out))
     missing = missing_parts(out)
-    return {"changed": True, "complete": not missing, "missing": missing, "msg": "fetched into %s" % out}
+    summary = {"changed": True, "complete": not missing, "missing": missing, "msg": "fetched into %s" % out}
+    # Whether a token was given (for the run's record of what happened), never the token.
+    return dict(summary, hf_token=token is not None)
 
 
 def main(argv: list[str] | None = None) -> int:
