@@ -312,8 +312,9 @@ def play(command: list[str], log: Path, port: int) -> tuple[int, float]:
 
 
 def task_seconds(log_text: str, task: str) -> float | None:
-    """profile_tasks' recap line of a task: 'Apex | Compile (...) ---- 1234.56s'."""
-    match = re.search(re.escape(task) + r"[^\n]*?-{3,}\s*([0-9.]+)s", log_text)
+    """profile_tasks' recap line of a task: 'Apex | Compile (...) ---- 1234.56s', or, when the
+    task's name is too long for the dashes, 'Apex | Compile (...)  1234.56s'."""
+    match = re.search(re.escape(task) + r"[^\n]*?[\s-]([0-9]+\.[0-9]+)s[ \t]*$", log_text, re.M)
     return float(match.group(1)) if match else None
 
 
@@ -356,12 +357,23 @@ def collect(container: str, workdir: Path) -> dict[str, Any]:
     return facts
 
 
-def render(path: Path) -> int:
-    """The .md of a result again, after the script's text about what stays unproven changed."""
+def render(path: Path, play_log: Path | None = None) -> int:
+    """The .md of a result again, after the script's text about what stays unproven changed, or
+    with the Compile task's seconds read from the run's own apex play log (`play_log`) where
+    the result has none (an older parser missed profile_tasks' line for a long task name)."""
     result = json.loads(path.read_text())
+    before = json.dumps(result, sort_keys=True)
     if result.get("unproven") != UNPROVEN:
         result["unproven"] = UNPROVEN
         result["unproven_updated_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    if play_log is not None and result.get("compile_task_seconds") is None:
+        seconds = task_seconds(play_log.read_text(errors="replace"), "Apex | Compile")
+        if seconds is None:
+            raise SystemExit("%s has no profile_tasks line of the Compile task" % play_log)
+        result["compile_task_seconds"] = seconds
+        result["compile_minutes"] = round(seconds / 60, 1)
+        result["compile_task_seconds_from"] = "%s, read again by --render --play-log" % play_log.name
+    if json.dumps(result, sort_keys=True) != before:
         path.write_text(json.dumps(result, indent=1) + "\n")
     path.with_suffix(".md").write_text(markdown(result))
     say("wrote %s" % path.with_suffix(".md"))
@@ -559,6 +571,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="write the .md of a result JSON again, with the current list of what stays unproven",
     )
+    parser.add_argument(
+        "--play-log",
+        type=Path,
+        metavar="LOG",
+        help="with --render: the run's apex play log, for a Compile time the result lacks",
+    )
     args = parser.parse_args(argv)
     if args.snapshot and not args.container:
         parser.error("--snapshot needs --container")
@@ -589,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.snapshot:
         return snapshot(args.container, args.out)
     if args.render:
-        return render(args.render)
+        return render(args.render, args.play_log)
     for path in VARS_FILES:
         if not path.is_file():
             parser.error("missing %s: run `make standins`" % path)

@@ -167,6 +167,11 @@ def test_compile_seconds_come_from_profile_tasks():
     )
     assert proof.task_seconds(log, "Apex | Compile") == 1834.52
     assert proof.task_seconds("no recap", "Apex | Compile") is None
+    # A name too long for the dashes: profile_tasks pads with spaces only (the 2026-12-02 run).
+    long = "apex : Apex | Compile (log in /home/verl/verl-p40/logs/apex-build.log)  1094.05s\n"
+    assert proof.task_seconds(long, "Apex | Compile") == 1094.05
+    # The task's start line in the play log is not its recap.
+    assert proof.task_seconds("TASK [apex : Apex | Compile (log in /x)] ****\n", "Apex | Compile") is None
 
 
 def test_render_rewrites_the_markdown_of_a_committed_result(tmp_path: Path):
