@@ -58,7 +58,7 @@ def checkout(tmp_path: Path) -> tuple[Path, str]:
 def test_a_patched_installed_checkout_has_no_local_work(checkout):
     repo, commit = checkout
     found = local_changes.local_changes(str(repo), commit)
-    assert found == {"exists": True, "head": commit, "commits": [], "edited": [], "untracked": []}
+    assert found == {"exists": True, "foreign": False, "head": commit, "commits": [], "edited": [], "untracked": []}
 
 
 def test_an_edit_beyond_the_patch_is_local_work(checkout):
@@ -89,3 +89,15 @@ def test_no_checkout_and_the_command_line(tmp_path, checkout):
     assert json.loads(out.stdout.splitlines()[-1])["edited"] == []
     usage = subprocess.run([sys.executable, str(TOOL)], capture_output=True, text=True, check=False)
     assert usage.returncode == 2
+
+
+def test_a_directory_that_is_not_a_checkout_is_foreign(tmp_path, checkout):
+    """Something at stack_verl_dir that is not a git checkout (the user's own files): the rebuild's
+    swap used to move it to <dir>.old and delete it; now it is reported and the layer stops."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine\n")
+    found = local_changes.local_changes(str(tmp_path / "mine"), "x")
+    assert found["foreign"] is True and found["exists"] is False
+    assert local_changes.local_changes(str(tmp_path / "none"), "x")["foreign"] is False
+    repo, commit = checkout
+    assert local_changes.local_changes(str(repo), commit)["foreign"] is False

@@ -8,7 +8,9 @@ checked out counts too), tracked files that differ from that commit other than b
 layer's own edits (a file whose sha256 is the one .verl_p40_patch/record.json says the patch
 wrote), and untracked files that git does not ignore (the patch's record and the editable
 install's build files aside). Run as the checkout's owner, with the standard library only.
-Prints {"exists": bool, "head": str, "commits": [...], "edited": [...], "untracked": [...]}.
+Prints {"exists": bool, "foreign": bool, "head": str, "commits": [...], "edited": [...],
+"untracked": [...]}: "foreign" is something at DIR that is not a git checkout (a rebuild must
+not move or delete it).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def sha256_of(path: str) -> str:
 def local_changes(root: str, commit: str = "") -> dict:
     found: dict = {
         "exists": os.path.isdir(os.path.join(root, ".git")),
+        "foreign": os.path.lexists(root) and not os.path.isdir(os.path.join(root, ".git")),
         "head": "",
         "commits": [],
         "edited": [],
