@@ -449,6 +449,7 @@ def test_root_never_runs_what_the_training_user_can_write(host):
 def test_a_directory_at_the_checkout_path_that_is_not_a_checkout(host):
     """The rebuild's swap moved whatever was at stack_verl_dir to <dir>.old and deleted it; a
     directory there that is not a git checkout (the user's own files) now stops the layer."""
+    state = host.state("verl")
     host.as_user("mv %s %s.aside && mkdir %s && echo mine > %s/notes.txt" % (VERL_DIR, VERL_DIR, VERL_DIR, VERL_DIR))
     try:
         run = host.play("--tags", "verl", rebuild="verl")
@@ -459,5 +460,7 @@ def test_a_directory_at_the_checkout_path_that_is_not_a_checkout(host):
     assert "holds something that is not a git checkout" in " ".join(run.output.split())
     assert notes == "mine\n"
     assert not host.exists(VERL_DIR + ".old")
+    # Refused before the layer was marked building: its record is as it was.
+    assert host.state("verl") == state
     run = host.play("--tags", "verl")
     assert run.returncode == 0, run.output[-3000:]
