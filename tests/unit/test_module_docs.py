@@ -87,9 +87,11 @@ def test_modules_declare_check_and_diff_support(path: Path):
         if support == "partial":
             assert attributes[name].get("details"), "%s: a partial %s needs details saying what" % (path.name, name)
     assert "action_common_attributes" in (doc.get("extends_documentation_fragment") or [])
-    source = path.read_text()
+    # A module whose code is an action plugin of the same name (the Ansible convention): its source.
+    action = REPO / "action_plugins" / path.name
+    source = action.read_text() if action.exists() else path.read_text()
     # The code agrees: check mode is declared to AnsibleModule, a diff is built only in diff mode.
-    declares_check = "supports_check_mode=True" in source
+    declares_check = "supports_check_mode=True" in source or "_supports_check_mode = True" in source
     assert (attributes["check_mode"]["support"] != "none") == declares_check, path.name
     reads_diff = "_diff" in source
     assert (attributes["diff_mode"]["support"] != "none") == reads_diff, path.name
@@ -156,7 +158,18 @@ def test_docs_use_current_markup(path: Path):
 # -- RETURN: every key a module returns, found by running it -----------------------------------
 
 # Keys Ansible itself puts into a result, documented by Ansible, not by each module.
-ANSIBLE_KEYS = {"changed", "failed", "msg", "invocation", "diff", "action", "exception", "warnings", "deprecations"}
+ANSIBLE_KEYS = {
+    "changed",
+    "failed",
+    "msg",
+    "invocation",
+    "diff",
+    "action",
+    "exception",
+    "warnings",
+    "deprecations",
+    "skipped",
+}
 # AnsibleModule.exit_json adds these to any result whose `path` exists (add_path_info).
 PATH_INFO = {"uid", "gid", "owner", "group", "mode", "size", "state", "secontext"}
 
@@ -246,11 +259,26 @@ def verl_patch_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict
     return run_tasks("verl_patch", tasks, tmp_path)
 
 
+def stack_wait_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict]:
+    log = tmp_path / "build.log"
+    job = {"ansible.builtin.shell": "echo started > %s; sleep 2; echo built" % log, "async": 30, "poll": 0}
+    failing = {"ansible.builtin.command": "false", "async": 30, "poll": 0, "register": "failing"}
+    tasks = [
+        dict(job, register="job"),
+        {"stack_wait": {"jid": "{{ job.ansible_job_id }}", "every": 1, "log": str(log), "size_of": str(log)}},
+        failing,
+        {"stack_wait": {"jid": "{{ failing.ansible_job_id }}"}, "ignore_errors": True},
+        {"stack_wait": {"jid": ""}},
+    ]
+    return run_tasks("stack_wait", tasks, tmp_path)
+
+
 RUNS: dict[str, Callable[[Path, pytest.FixtureRequest], list[dict]]] = {
     "disk_space": disk_space_runs,
     "host_lock": host_lock_runs,
     "layer_state": layer_state_runs,
     "stack_tree": stack_tree_runs,
+    "stack_wait": stack_wait_runs,
     "verl_patch": verl_patch_runs,
 }
 

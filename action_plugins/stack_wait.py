@@ -1,0 +1,129 @@
+# -*- coding: utf-8 -*-
+"""Action plugin: wait for a long async task and show its progress while it runs.
+
+Its documentation is library/stack_wait.py's (the Ansible convention for an action with no module code)."""
+
+from __future__ import annotations
+
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+# How often the job's status file is read, at most; progress lines come every `every` seconds.
+POLL = 5
+ARGS = {
+    "jid": {"type": "str", "required": True},
+    "label": {"type": "str", "default": ""},
+    "every": {"type": "int", "default": 30},
+    "timeout": {"type": "int", "default": 0},
+    "log": {"type": "path"},
+    "size_of": {"type": "path"},
+}
+# Keys of the job's status file that describe the wait, not the job's result.
+STATUS_KEYS = ("started", "finished", "results_file", "ansible_job_id", "erased")
+
+
+def human_seconds(seconds: float) -> str:
+    """12s, 4m05s, 1h02m."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return "%ds" % seconds
+    if seconds < 3600:
+        return "%dm%02ds" % divmod(seconds, 60)
+    return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+
+
+def human_bytes(size: int) -> str:
+    """812 B, 3.4 MB, 2.9 GB (powers of 1000, as download tools print them)."""
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return ("%d %s" if unit == "B" else "%.1f %s") % (value, unit)
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def progress_line(label: str, elapsed: float, size: int | None, last: str) -> str:
+    """One progress line: the label, the time so far, then what the host shows, if anything."""
+    parts = ["%s: %s" % (label, human_seconds(elapsed))]
+    if size is not None:
+        parts.append(human_bytes(size))
+    if last:
+        parts.append(last if len(last) <= 120 else last[:117] + "...")
+    return ", ".join(parts)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    # Check mode: the async job was skipped, so there is nothing to wait for (the task reports skipped).
+    _supports_check_mode = True
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=ARGS)
+        if not args["jid"]:
+            result.update(skipped=True, msg="no job to wait for (it was skipped)")
+            return result
+        if args["every"] < 1 or args["timeout"] < 0:
+            raise AnsibleActionFail("stack_wait: every must be 1 or more and timeout 0 or more")
+        label = args["label"] or self._task.get_name()
+        host = (task_vars or {}).get("inventory_hostname", "")
+        started = time.monotonic()
+        shown = started
+        lines: list[str] = []
+        while True:
+            status = self._status(args["jid"], task_vars)
+            if status.get("finished") or status.get("failed"):
+                break
+            now = time.monotonic()
+            if args["timeout"] and now - started > args["timeout"]:
+                raise AnsibleActionFail(
+                    "%s: still running after %s (stack_wait timeout %d s); the job %s goes on on the host"
+                    % (label, human_seconds(now - started), args["timeout"], args["jid"])
+                )
+            if now - shown >= args["every"]:
+                shown = now
+                line = progress_line(
+                    label, now - started, self._size(args["size_of"], task_vars), self._last(args["log"], task_vars)
+                )
+                lines.append(line)
+                # On stderr: a terminal shows it, and stdout stays what the callback prints (json).
+                display.display("  %s | %s" % (host, line) if host else "  " + line, stderr=True)
+            time.sleep(min(POLL, args["every"]))
+        self._status(args["jid"], task_vars, mode="cleanup")
+        result.update({key: value for key, value in status.items() if key not in STATUS_KEYS})
+        result["seconds"] = round(time.monotonic() - started, 1)
+        result["progress"] = lines
+        return result
+
+    def _status(self, jid: str, task_vars, mode: str = "status") -> dict:
+        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        return self._execute_module(
+            module_name="ansible.legacy.async_status",
+            module_args={"jid": jid, "mode": mode, "_async_dir": async_dir},
+            task_vars=task_vars,
+        )
+
+    def _run(self, argv: list[str], task_vars) -> str:
+        done = self._execute_module(
+            module_name="ansible.legacy.command", module_args={"argv": argv}, task_vars=task_vars
+        )
+        return done.get("stdout", "") if done.get("rc") == 0 else ""
+
+    def _size(self, path: str | None, task_vars) -> int | None:
+        if not path:
+            return None
+        out = self._run(["du", "-s", "-B1", "--", path], task_vars).split()
+        return int(out[0]) if out and out[0].isdigit() else 0
+
+    def _last(self, path: str | None, task_vars) -> str:
+        if not path:
+            return ""
+        lines = [line.strip() for line in self._run(["tail", "-n", "3", "--", path], task_vars).splitlines()]
+        lines = [line for line in lines if line]
+        return lines[-1] if lines else ""

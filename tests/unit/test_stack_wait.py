@@ -1,0 +1,92 @@
+"""stack_wait: a long async job of a layer shows progress while it runs, and its result is the job's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "action_plugins"))
+import stack_wait  # noqa: E402
+
+
+def play(tmp_path: Path, tasks: list[dict]) -> subprocess.CompletedProcess:
+    """ansible-playbook with the project's ansible.cfg and the default callback, on localhost."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}])
+    )
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="false")
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(playbook)]
+    command += ["-e", "ansible_python_interpreter=" + sys.executable]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
+
+
+def job(command: str, register: str = "job") -> dict:
+    return {"ansible.builtin.shell": command, "async": 60, "poll": 0, "register": register}
+
+
+def test_progress_lines_show_time_size_and_the_logs_last_line(tmp_path: Path):
+    log, blob = tmp_path / "build.log", tmp_path / "download.part"
+    steps = "for i in 1 2 3 4 5 6; do echo compiling $i >> %s; head -c 200000 /dev/zero >> %s; sleep 1; done" % (
+        log,
+        blob,
+    )
+    wait = {"jid": "{{ job.ansible_job_id }}", "every": 1, "log": str(log), "size_of": str(blob), "label": "Build"}
+    done = play(tmp_path, [job(steps), {"stack_wait": wait, "register": "waited"}, {"debug": {"var": "waited.rc"}}])
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line.strip() for line in done.stderr.splitlines() if "| Build:" in line]
+    # About one line a second while the six-second job runs: the host, the label, the time, the size, the log.
+    assert len(lines) >= 2, done.stderr
+    assert lines[0].startswith("localhost | Build: "), lines
+    assert any("kB" in line and "compiling" in line for line in lines), lines
+    # The task's result is the job's own.
+    assert "waited.rc: 0" in done.stdout, done.stdout
+
+
+def test_a_failed_job_fails_the_task_with_its_result(tmp_path: Path):
+    tasks = [job("echo broken >&2; exit 3"), {"stack_wait": {"jid": "{{ job.ansible_job_id }}"}}]
+    done = play(tmp_path, tasks)
+    assert done.returncode != 0
+    assert "rc: 3" in done.stdout and "broken" in done.stdout, done.stdout
+
+
+def test_the_timeout_fails_and_says_the_job_goes_on(tmp_path: Path):
+    tasks = [job("sleep 20"), {"stack_wait": {"jid": "{{ job.ansible_job_id }}", "timeout": 1, "label": "Install"}}]
+    done = play(tmp_path, tasks)
+    assert done.returncode != 0
+    assert "Install: still running after" in done.stdout and "goes on on the host" in done.stdout, done.stdout
+
+
+def test_a_skipped_job_skips_the_wait(tmp_path: Path):
+    tasks = [
+        dict(job("true"), when=False),
+        {"stack_wait": {"jid": "{{ job.ansible_job_id | default('') }}"}, "register": "waited"},
+        {"assert": {"that": ["waited is skipped"]}},
+    ]
+    done = play(tmp_path, tasks)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "seconds, text", [(0, "0s"), (59.9, "59s"), (60, "1m00s"), (245, "4m05s"), (3600, "1h00m"), (3725, "1h02m")]
+)
+def test_human_seconds(seconds: float, text: str):
+    assert stack_wait.human_seconds(seconds) == text
+
+
+@pytest.mark.parametrize(
+    "size, text", [(0, "0 B"), (999, "999 B"), (1000, "1.0 kB"), (3_400_000, "3.4 MB"), (4_300_000_000, "4.3 GB")]
+)
+def test_human_bytes(size: int, text: str):
+    assert stack_wait.human_bytes(size) == text
+
+
+def test_a_long_log_line_is_cut():
+    line = stack_wait.progress_line("Apex | Build", 30, None, "x" * 300)
+    assert line.startswith("Apex | Build: 30s, ") and line.endswith("...") and len(line) < 150
