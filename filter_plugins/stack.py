@@ -112,6 +112,29 @@ def git_credential_line(url: Any) -> str:
     return "%s://%s@%s" % (scheme.lower(), userinfo, host)
 
 
+def stack_summary(facts: dict[str, Any], layers: list[str], p2p: dict[str, Any] | None = None) -> list[str]:
+    """The end-of-run summary: one row per layer (version, outcome, seconds), from the facts that
+    layer_state returned in this run; a layer this run did not reach (tags) is "skipped". The seconds
+    run from the layer's first query to its record, on the host's clock; a layer that stopped after
+    its query (nothing to do) or recorded without one (preflight) shows none. A row for GPUs that
+    cannot reach each other peer-to-peer follows, when preflight found such."""
+    rows = []
+    for layer in layers:
+        seen = facts.get("stack_layer_" + layer) or {}
+        started = facts.get("stack_layer_%s_started" % layer)
+        took = ""
+        if "finished" in seen and isinstance(started, (int, float)):
+            took = "%8.1f s" % max(0.0, float(seen["finished"]) - float(started))
+        row = "%-10s %-22s %-10s%s" % (layer, seen.get("version") or "-", seen.get("outcome", "skipped"), took)
+        rows.append(row.rstrip())
+    p2p = p2p or {}
+    if p2p.get("checked") and not p2p.get("ok"):
+        blocked = list(p2p.get("blocked") or ["?"])
+        pair = str(blocked[0]) + (", ..." if len(blocked) > 1 else "")
+        rows.append("%-10s no peer-to-peer (%s): train.env sets NCCL_P2P_DISABLE=1" % ("gpus", pair))
+    return rows
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -120,4 +143,5 @@ class FilterModule:
             "url_redacted": url_redacted,
             "url_without_credentials": url_without_credentials,
             "git_credential_line": git_credential_line,
+            "stack_summary": stack_summary,
         }

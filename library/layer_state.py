@@ -230,13 +230,21 @@ path:
   returned: always
   sample: /var/lib/verl-p40/layers/cuda.json
 ansible_facts:
-  description: The layer's fact for the end-of-run summary.
+  description: The layer's facts for the end-of-run summary.
   type: dict
-  returned: when O(state=present), and on a query of a layer whose record is complete (as V(unchanged))
+  returned: when O(state=query) or O(state=present)
   contains:
+    stack_layer_<name>_started:
+      description:
+        - When the layer's first query of this run ran, in seconds since the epoch on the host's clock;
+          the summary subtracts it from RV(ansible_facts.stack_layer_<name>.finished).
+      type: float
+      returned: when O(state=query)
+      sample: 1796191815.84
     stack_layer_<name>:
       description: The fact, named after O(name).
       type: dict
+      returned: when O(state=present), and on a query of a layer whose record is complete (as V(unchanged))
       contains:
         version:
           description: The version the layer installed (O(version)).
@@ -247,7 +255,12 @@ ansible_facts:
           type: str
           choices: [built, rebuilt, unchanged]
           sample: built
-  sample: {stack_layer_cuda: {version: 11.8.89, outcome: built}}
+        finished:
+          description: When the layer was recorded, in seconds since the epoch on the host's clock.
+          type: float
+          returned: when O(state=present)
+          sample: 1796192909.21
+  sample: {stack_layer_cuda_started: 1796191815.84, stack_layer_cuda: {version: 11.8.89, outcome: built, finished: 1796192909.21}}
 rebuild:
   description:
     - The layer must be built whatever the host looks like (incomplete, requested, inputs or a
@@ -296,6 +309,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -493,10 +507,12 @@ def main() -> None:
             for dep, record in records.items()
         },
     )
-    if p["state"] == "query" and previous.get("status") == "complete":
-        result["ansible_facts"] = {
-            "stack_layer_" + name: dict(version=str(previous.get("version", "")), outcome="unchanged")
-        }
+    if p["state"] == "query":
+        result["ansible_facts"] = {"stack_layer_%s_started" % name: round(time.time(), 2)}
+        if previous.get("status") == "complete":
+            result["ansible_facts"]["stack_layer_" + name] = dict(
+                version=str(previous.get("version", "")), outcome="unchanged"
+            )
 
     if p["state"] == "building":
         marked = dict(previous, status="building", name=name)
@@ -551,7 +567,9 @@ def main() -> None:
             write_state(path, record)
         result["ansible_facts"] = {
             "stack_layer_" + name: dict(
-                version=p["version"], outcome=outcome(previous, p["built"] and result["changed"])
+                version=p["version"],
+                outcome=outcome(previous, p["built"] and result["changed"]),
+                finished=round(time.time(), 2),
             )
         }
     module.exit_json(**result)

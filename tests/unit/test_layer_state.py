@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import sys
 from pathlib import Path
 
@@ -95,7 +96,10 @@ def test_lifecycle_through_ansible(tmp_path):
 
     done = module(tmp_path, name="cuda", state="present", inputs=inputs, version="11.8.89")
     assert done["changed"]
-    assert done["ansible_facts"]["stack_layer_cuda"] == {"version": "11.8.89", "outcome": "built"}
+    fact = done["ansible_facts"]["stack_layer_cuda"]
+    assert {key: fact[key] for key in ("version", "outcome")} == {"version": "11.8.89", "outcome": "built"}
+    # The summary's seconds: the query's start before, the record's end after (the host's clock).
+    assert first["ansible_facts"]["stack_layer_cuda_started"] <= fact["finished"] <= time.time() + 1
     cuda_print = done["fingerprint"]
 
     again = module(tmp_path, name="cuda", inputs=inputs)
@@ -167,6 +171,7 @@ def test_recorded_files_decide_a_rerun(tmp_path):
     clean = module(tmp_path, **args)
     assert (clean["build"], clean["rebuild"], clean["probe"], clean["reason"]) == (False, False, False, "unchanged")
     assert clean["ansible_facts"]["stack_layer_cuda"] == {"version": "11.8.89", "outcome": "unchanged"}
+    assert isinstance(clean["ansible_facts"]["stack_layer_cuda_started"], float)
 
     marker.write_text('{"cuda": {}}')
     stale = module(tmp_path, **args)

@@ -15,7 +15,14 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "filter_plugins"))
 sys.path.insert(0, str(REPO / "library"))
 import disk_space  # noqa: E402
-from stack import git_credential_line, pip_check_problems, stack_artifact, url_redacted, url_without_credentials  # noqa: E402
+from stack import (  # noqa: E402
+    git_credential_line,
+    pip_check_problems,
+    stack_artifact,
+    stack_summary,
+    url_redacted,
+    url_without_credentials,
+)
 
 MANIFEST = yaml.safe_load((REPO / "group_vars/all/artifacts.yml").read_text())["stack_artifacts"]
 
@@ -177,3 +184,34 @@ def test_git_urls_lose_their_credentials(url, bare, line):
 def test_credentials_in_an_ssh_url_are_refused():
     with pytest.raises(AnsibleFilterError, match="only http and https"):
         git_credential_line("ssh://git:pw@git.example/verl.git")
+
+
+# -- the end-of-run summary ---------------------------------------------------------------------
+
+
+def test_summary_gives_each_layer_its_outcome_and_seconds():
+    facts = {
+        "stack_layer_cuda_started": 1000.0,
+        "stack_layer_cuda": {"version": "11.8.89", "outcome": "built", "finished": 1095.25},
+        # A clean rerun: the query's fact only, the role stopped after it.
+        "stack_layer_torch_started": 2000.0,
+        "stack_layer_torch": {"version": "2.6.0+cu118", "outcome": "unchanged"},
+        # Recorded without a query of its own.
+        "stack_layer_preflight": {"version": "pascal", "outcome": "unchanged", "finished": 5.0},
+    }
+    rows = stack_summary(facts, ["preflight", "cuda", "torch", "train"])
+    assert [row.split()[:3] for row in rows] == [
+        ["preflight", "pascal", "unchanged"],
+        ["cuda", "11.8.89", "built"],
+        ["torch", "2.6.0+cu118", "unchanged"],
+        ["train", "-", "skipped"],
+    ]
+    assert rows[1].endswith("95.2 s") and rows[0].endswith("unchanged") and rows[2].endswith("unchanged")
+
+
+def test_summary_names_gpus_without_peer_to_peer():
+    p2p = {"checked": True, "ok": False, "blocked": ["GPU0-GPU1", "GPU0-GPU2"]}
+    rows = stack_summary({}, ["cuda"], p2p)
+    assert rows[-1].startswith("gpus") and "GPU0-GPU1, ..." in rows[-1] and "NCCL_P2P_DISABLE=1" in rows[-1]
+    assert len(stack_summary({}, ["cuda"], {"checked": True, "ok": True, "blocked": []})) == 1
+    assert len(stack_summary({}, ["cuda"], {"checked": False, "ok": None, "blocked": []})) == 1
