@@ -22,13 +22,34 @@ description:
     the path is foreign, and O(state=absent) stops with a message and leaves it as it is.
 options:
   path:
-    description: The tree. Must be absolute.
+    description: The tree. Must be absolute. Required unless O(trees) is given.
     type: path
-    required: true
   layer:
-    description: The layer that owns the tree (its marker names it).
+    description: The layer that owns the tree (its marker names it). Required with O(path).
     type: str
-    required: true
+  trees:
+    description:
+      - Several trees checked in one call (O(state=check) only), as preflight checks every tree a
+        layer may delete before the first layer runs. Each fails the task as O(path) alone would.
+    type: list
+    elements: dict
+    suboptions:
+      path:
+        description: The tree, as O(path).
+        type: path
+        required: true
+      layer:
+        description: Its layer, as O(layer).
+        type: str
+        required: true
+      var:
+        description: Its variable, as O(var).
+        type: str
+        default: path
+      record_key:
+        description: Its record's key, as O(record_key).
+        type: str
+        default: prefix
   var:
     description: The variable the path came from, named in every message.
     type: str
@@ -92,6 +113,25 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+trees:
+  description: With O(trees), one entry per tree, in order.
+  type: list
+  elements: dict
+  returned: when O(trees) is given
+  contains:
+    path:
+      description: The tree's path after C(realpath).
+      type: str
+    var:
+      description: Its variable.
+      type: str
+    exists:
+      description: Whether something is at the path.
+      type: bool
+    ours:
+      description: Whether the tree there is this project's.
+      type: bool
+  sample: [{path: /usr/local/cuda-11.8, var: cuda_prefix, exists: true, ours: true}]
 path:
   description:
     - The path after C(realpath).
@@ -99,19 +139,19 @@ path:
       uid, gid, size and type to the result, under the keys owner, group, mode, uid, gid, size and state;
       that state key holds the file's type (V(file), V(directory)), not O(state).
   type: str
-  returned: always
+  returned: with O(path)
   sample: /usr/local/cuda-11.8
 exists:
   description: Whether something was at the path before the module ran.
   type: bool
-  returned: always
+  returned: with O(path)
   sample: true
 ours:
   description:
     - Whether the tree there is this project's (marker or state record); V(false) when nothing is there.
     - V(true) after O(state=present) claimed the path.
   type: bool
-  returned: always
+  returned: with O(path)
   sample: true
 """
 
@@ -235,11 +275,54 @@ def kind(path: str) -> str:
     return "file" if os.path.lexists(path) else "absent"
 
 
+def validated(module: AnsibleModule, given: str, layer: str, var: str, homes: Iterable[str]) -> str:
+    """The path after realpath, or the task fails saying why it may not be a layer's tree."""
+    if not given.startswith("/"):
+        module.fail_json(msg="%s '%s' must be an absolute path." % (var, given))
+    path = os.path.realpath(given)
+    why = problem(path, var, homes)
+    if why:
+        module.fail_json(
+            msg="%s: the %s layer deletes and recreates this tree on a rebuild, so it must be a directory "
+            "of its own, such as /usr/local/cuda-11.8 or /opt/miniforge3. Set %s to such a path." % (why, layer, var),
+            path=path,
+        )
+    return path
+
+
+def foreign_message(path: str, tree: dict, state_dir: str) -> str:
+    """Why a tree at the path is not this project's, and what to do."""
+    return (
+        "%s (%s = %s) holds something this project did not make (no %s marker of the %s layer, no state "
+        "record saying the layer installed it%s). It is left as it is. Move it away or set %s to another path, "
+        "then rerun."
+        % (
+            path,
+            tree["var"],
+            tree["path"],
+            MARKER,
+            tree["layer"],
+            undecided_note(state_dir, tree["layer"], path),
+            tree["var"],
+        )
+    )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            path=dict(type="path", required=True),
-            layer=dict(type="str", required=True),
+            path=dict(type="path"),
+            layer=dict(type="str"),
+            trees=dict(
+                type="list",
+                elements="dict",
+                options=dict(
+                    path=dict(type="path", required=True),
+                    layer=dict(type="str", required=True),
+                    var=dict(type="str", default="path"),
+                    record_key=dict(type="str", default="prefix", no_log=False),
+                ),
+            ),
             var=dict(type="str", default="path"),
             state=dict(type="str", choices=["check", "absent", "present"], default="check"),
             require_ours=dict(type="bool", default=False),
@@ -247,29 +330,30 @@ def main() -> None:
             # A key of a JSON record, not a secret (validate-modules asks because of "key").
             record_key=dict(type="str", default="prefix", no_log=False),
         ),
+        mutually_exclusive=[("trees", "path")],
+        required_one_of=[("trees", "path")],
+        required_together=[("path", "layer")],
         supports_check_mode=True,
     )
     p = module.params
-    if not p["path"].startswith("/"):
-        module.fail_json(msg="%s '%s' must be an absolute path." % (p["var"], p["path"]))
-    path = os.path.realpath(p["path"])
-    why = problem(path, p["var"], home_dirs())
-    if why:
-        module.fail_json(
-            msg="%s: the %s layer deletes and recreates this tree on a rebuild, so it must be a directory "
-            "of its own, such as /usr/local/cuda-11.8 or /opt/miniforge3. Set %s to such a path."
-            % (why, p["layer"], p["var"]),
-            path=path,
-        )
+    homes = home_dirs()
+    if p["trees"] is not None:
+        if p["state"] != "check":
+            module.fail_json(msg="stack_tree: trees is for state=check only; delete or claim one path at a time")
+        checked = []
+        for tree in p["trees"]:
+            path = validated(module, tree["path"], tree["layer"], tree["var"], homes)
+            exists = os.path.lexists(path)
+            ours = exists and is_ours(path, tree["layer"], p["state_dir"], tree["record_key"])
+            checked.append(dict(path=path, var=tree["var"], exists=exists, ours=ours))
+            if exists and not ours and p["require_ours"]:
+                module.fail_json(msg=foreign_message(path, tree, p["state_dir"]), trees=checked)
+        module.exit_json(changed=False, trees=checked)
+    path = validated(module, p["path"], p["layer"], p["var"], homes)
     exists = os.path.lexists(path)
     ours = exists and is_ours(path, p["layer"], p["state_dir"], p["record_key"])
     result = dict(changed=False, path=path, exists=exists, ours=ours)
-    foreign = (
-        "%s (%s = %s) holds something this project did not make (no %s marker of the %s layer, no state "
-        "record saying the layer installed it%s). It is left as it is. Move it away or set %s to another path, "
-        "then rerun."
-        % (path, p["var"], p["path"], MARKER, p["layer"], undecided_note(p["state_dir"], p["layer"], path), p["var"])
-    )
+    foreign = foreign_message(path, p, p["state_dir"])
     if p["state"] == "check":
         if exists and not ours and p["require_ours"]:
             module.fail_json(msg=foreign, **result)

@@ -76,3 +76,62 @@ def test_every_layer_role_has_the_standard_files():
         assert (REPO / "tests" / "infra" / ("test_%s.py" % name)).is_file(), "no testinfra module for " + name
         tasks = "".join(path.read_text() for path in (role / "tasks").glob("*.yml"))
         assert "layer_state:" in tasks, name + " does not record its state"
+
+
+def test_every_layer_role_answers_to_the_verify_tag():
+    """--tags verify must reach every layer's role (its layer_state query reads the request)."""
+    layers = set(yaml.safe_load((REPO / "group_vars/all/stack.yml").read_text())["stack_layers"]) - {"preflight"}
+    tagged = {}
+    for playbook in sorted((REPO / "playbooks").glob("*.yml")):
+        for play_ in yaml.safe_load(playbook.read_text()):
+            for role in play_.get("roles") or []:
+                tagged[role["role"]] = role.get("tags") or []
+    assert layers <= set(tagged), "a layer without a role in the stage playbooks: %s" % sorted(layers - set(tagged))
+    assert [name for name in sorted(layers) if "verify" not in tagged[name]] == []
+
+
+def verify_request(tmp_path: Path, *args: str) -> str:
+    """What `verify` every layer_state call gets (stack_layer_args) with these command-line options."""
+    playbook = tmp_path / "play.yml"
+    stack_vars = str(REPO / "group_vars/all/stack.yml")
+    task = {"debug": {"msg": "verify=[{{ stack_layer_args.verify }}]"}, "tags": ["always"]}
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "localhost",
+                    "connection": "local",
+                    "gather_facts": False,
+                    "vars_files": [stack_vars],
+                    "tasks": [task],
+                }
+            ]
+        )
+    )
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+    )
+    done = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", "localhost,", str(playbook), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.split("verify=[", 1)[1].split("]", 1)[0]
+
+
+def test_the_verify_tag_is_a_verify_request(tmp_path):
+    assert verify_request(tmp_path) == ""
+    assert verify_request(tmp_path, "--tags", "verify") == "all"
+    assert verify_request(tmp_path, "--tags", "verify,torch,apex") == "torch,apex"
+    # A tag alone converges that layer; it asks for no check.
+    assert verify_request(tmp_path, "--tags", "cuda") == ""
+    # -e verify=... still wins.
+    assert verify_request(tmp_path, "--tags", "verify", "-e", "verify=cuda") == "cuda"

@@ -245,6 +245,7 @@ def stack_tree_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict
         {"stack_tree": dict(base, require_ours=True)},
         {"stack_tree": dict(base, state="absent"), "check_mode": True, "diff": True},
         {"stack_tree": dict(base, state="absent"), "diff": True},
+        {"stack_tree": {"state_dir": base["state_dir"], "trees": [{"path": base["path"], "layer": "cuda"}]}},
     ]
     return run_tasks("stack_tree", tasks, tmp_path)
 

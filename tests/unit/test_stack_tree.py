@@ -188,3 +188,32 @@ def test_diff_mode_shows_the_claim_and_the_delete(tmp_path):
         "after": {"path": str(tree), "state": "absent"},
     }
     assert not tree.exists()
+
+
+def test_several_trees_in_one_check(tmp_path):
+    """Preflight's one call: each tree validated as alone; the first bad one fails the task, by name."""
+    ours = tmp_path / "cuda-11.8"
+    assert module(tmp_path, path=str(ours), state="present")["_rc"] == 0
+    foreign = tmp_path / "miniforge3"
+    (foreign / "bin").mkdir(parents=True)
+    trees = [
+        {"path": str(ours), "layer": "cuda", "var": "cuda_prefix"},
+        {"path": str(foreign), "layer": "conda", "var": "stack_conda_prefix"},
+        {"path": str(tmp_path / "not-yet"), "layer": "cudnn", "var": "cudnn_prefix"},
+    ]
+    args = {"state_dir": str(tmp_path / "layers"), "trees": trees}
+    done = run_module("stack_tree", args)
+    assert done["_rc"] == 0 and not done["changed"]
+    assert [(t["var"], t["exists"], t["ours"]) for t in done["trees"]] == [
+        ("cuda_prefix", True, True),
+        ("stack_conda_prefix", True, False),
+        ("cudnn_prefix", False, False),
+    ]
+    strict = run_module("stack_tree", dict(args, require_ours=True))
+    assert strict["_rc"] != 0 and "stack_conda_prefix = %s" % foreign in strict["msg"]
+    bad = run_module(
+        "stack_tree", dict(args, trees=[*trees, {"path": "/usr/lib/", "layer": "cudnn", "var": "cudnn_prefix"}])
+    )
+    assert bad["_rc"] != 0 and "Set cudnn_prefix to such a path" in bad["msg"]
+    assert run_module("stack_tree", dict(args, state="absent"))["_rc"] != 0
+    assert "mutually exclusive" in run_module("stack_tree", dict(args, path=str(ours), layer="cuda"))["msg"]
