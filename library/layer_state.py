@@ -25,11 +25,18 @@ description:
     host, and otherwise returns those layers' records in RV(required); a layer reads what it needs of
     an earlier layer (a version, a path, the host compiler) from there, never from its files.
   - The state file is replaced atomically (a fsynced temporary file renamed over it), mode 0644.
+  - With O(state=snapshot) it reads every layer's record and a stat of the files each recorded, in
+    one call, and returns them as the fact C(stack_layer_snapshot); each stage playbook takes one
+    first. The action plugin of the same name (C(action_plugins/layer_state.py)) then answers a
+    query from that fact, on the controller, when its answer is that nothing changed (complete
+    record, same inputs and required fingerprints, recorded files as they were, no O(rebuild) or
+    O(verify)); every other query, and every query after a record changed in this run, asks the
+    host as before.
 options:
   name:
-    description: Layer name; must be one of O(layers).
+    description: Layer name; must be one of O(layers). Required unless O(state=snapshot).
     type: str
-    required: true
+    default: ""
   state_dir:
     description: Directory that holds one C(<name>.json) per layer. Created (mode 0755) when missing.
     type: path
@@ -39,8 +46,9 @@ options:
       - V(query) reads and decides.
       - V(building) marks the layer incomplete (and records O(run)).
       - V(present) records the finished layer.
+      - V(snapshot) reads every layer's record at once (RV(ansible_facts.stack_layer_snapshot)).
     type: str
-    choices: [query, building, present]
+    choices: [query, building, present, snapshot]
     default: query
   inputs:
     description: Everything the layer is built from (versions, checksums, paths, options).
@@ -232,8 +240,30 @@ path:
 ansible_facts:
   description: The layer's facts for the end-of-run summary.
   type: dict
-  returned: when O(state=query) or O(state=present)
+  returned: when O(state=query), O(state=present) or O(state=snapshot)
   contains:
+    stack_layer_snapshot:
+      description:
+        - Every layer's record and the recorded files whose stat changed, read at once
+          (O(state=snapshot)), for the action plugin's answers; emptied by any record that changes.
+      type: dict
+      returned: when O(state=snapshot), or emptied when O(state=building) or O(state=present) changed a record
+      contains:
+        state_dir:
+          description: O(state_dir).
+          type: str
+        host_time:
+          description: The host's clock when it was read (seconds since the epoch).
+          type: float
+        records:
+          description: Each layer's record, by name (layers without one are left out).
+          type: dict
+        stale:
+          description: Per layer, its recorded files whose stat differs now.
+          type: dict
+        offset:
+          description: The host's clock minus the controller's, added by the action plugin.
+          type: float
     stack_layer_<name>_started:
       description:
         - When the layer's first query of this run ran, in seconds since the epoch on the host's clock;
@@ -261,6 +291,13 @@ ansible_facts:
           returned: when O(state=present)
           sample: 1796192909.21
   sample: {stack_layer_cuda_started: 1796191815.84, stack_layer_cuda: {version: 11.8.89, outcome: built, finished: 1796192909.21}}
+from_snapshot:
+  description:
+    - V(true) when the action plugin answered the query from the stage's snapshot, on the controller
+      (the answer is then always RV(reason=unchanged)); absent when the host answered.
+  type: bool
+  returned: when the answer came from the snapshot
+  sample: true
 rebuild:
   description:
     - The layer must be built whatever the host looks like (incomplete, requested, inputs or a
@@ -393,6 +430,21 @@ def changed_files(recorded: dict[str, Any], paths: list[str]) -> list[str]:
     return sorted(path for path in paths if path not in recorded or recorded[path] != now[path])
 
 
+def snapshot(state_dir: str, layers: list[str]) -> dict[str, Any]:
+    """Every layer's record and, for a complete one, its recorded files whose stat changed."""
+    records: dict[str, Any] = {}
+    stale: dict[str, list[str]] = {}
+    for layer in layers:
+        record = read_state(os.path.join(state_dir, layer + ".json"))
+        if not record:
+            continue
+        records[layer] = record
+        recorded = record.get("files")
+        if record.get("status") == "complete" and isinstance(recorded, dict):
+            stale[layer] = changed_files(recorded, sorted(recorded))
+    return dict(state_dir=state_dir, host_time=round(time.time(), 3), records=records, stale=stale)
+
+
 def decide(previous: dict[str, Any], inputs: dict[str, Any], deps: dict[str, str], requested: bool) -> tuple[bool, str]:
     """Return (build, reason) for a layer, most specific reason first."""
     if not previous:
@@ -434,9 +486,9 @@ def outcome(previous: dict[str, Any], built: bool) -> str:
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
-            name=dict(type="str", required=True),
+            name=dict(type="str", default=""),
             state_dir=dict(type="path", required=True),
-            state=dict(type="str", default="query", choices=["query", "building", "present"]),
+            state=dict(type="str", default="query", choices=["query", "building", "present", "snapshot"]),
             inputs=dict(type="dict", default={}),
             requires=dict(type="list", elements="str", default=[]),
             rebuild=dict(type="raw", default=""),
@@ -449,9 +501,12 @@ def main() -> None:
             verify=dict(type="raw", default=""),
             files=dict(type="list", elements="path", default=[]),
         ),
+        required_if=[("state", "query", ["name"]), ("state", "building", ["name"]), ("state", "present", ["name"])],
         supports_check_mode=True,
     )
     p = module.params
+    if p["state"] == "snapshot":
+        module.exit_json(changed=False, ansible_facts={"stack_layer_snapshot": snapshot(p["state_dir"], p["layers"])})
     name = p["name"]
     unknown = sorted({name, *p["requires"]} - set(p["layers"]))
     if unknown:

@@ -276,3 +276,98 @@ def test_state_is_written_durably_and_whole(tmp_path, monkeypatch):
         ls.write_state(str(path), {"status": "building", "name": "cuda"})
     assert json.loads(path.read_text())["status"] == "complete"
     assert sorted(p.name for p in path.parent.iterdir()) == ["cuda.json"]
+
+
+# -- the snapshot: one call per stage, a no-op query answered on the controller -----------------
+
+
+def playbook_results(tmp_path: Path, tasks: list[dict]) -> list[dict]:
+    """Run tasks in one ansible-playbook on localhost (json callback): every task's result, in order."""
+    import os
+    import subprocess
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    playbook = tmp_path / "play.yml"
+    play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "module_defaults": {"layer_state": {"state_dir": str(tmp_path / "layers"), "layers": LAYERS}},
+        "tasks": tasks,
+    }
+    playbook.write_text(yaml.safe_dump([play]))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(repo / "ansible.cfg"),
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_STDOUT_CALLBACK="json",
+    )
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(playbook)]
+    command += ["-e", "ansible_python_interpreter=" + sys.executable]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [task["hosts"]["localhost"] for task in json.loads(done.stdout)["plays"][0]["tasks"]]
+
+
+# Keys Ansible adds to a result that names an existing file (the state file), on the host only.
+PATH_INFO = {"uid", "gid", "owner", "group", "mode", "size", "state", "secontext"}
+
+
+def test_a_noop_query_is_answered_from_the_snapshot_and_only_then(tmp_path: Path):
+    marker = tmp_path / "toolkit" / "version.json"
+    marker.parent.mkdir()
+    marker.write_text("{}")
+    cuda = {"name": "cuda", "inputs": {"v": 1}}
+    cudnn = {"name": "cudnn", "inputs": {"v": 2}, "requires": ["cuda"]}
+    query_cuda = {"layer_state": dict(cuda, files=[str(marker)])}
+    query_cudnn = {"layer_state": cudnn}
+    snapshot = {"layer_state": {"state": "snapshot"}}
+    first = playbook_results(
+        tmp_path,
+        [
+            {"layer_state": dict(cuda, state="present", version="11.8.89", files=[str(marker)])},
+            {"layer_state": dict(cudnn, state="present", version="8.9.7")},
+            snapshot,
+            query_cuda,
+            query_cudnn,
+        ],
+    )
+    local_cuda, local_cudnn = first[3], first[4]
+    assert local_cuda["from_snapshot"] and local_cudnn["from_snapshot"]
+    # The answer from the snapshot is the module's own, key for key: the same query asked of the
+    # host in a run without a snapshot.
+    (remote,) = playbook_results(tmp_path, [query_cuda])
+    assert "from_snapshot" not in remote
+    skip = {"from_snapshot", "ansible_facts", "invocation", "action"} | PATH_INFO
+    assert {k: v for k, v in local_cuda.items() if k not in skip and not k.startswith("_ansible")} == {
+        k: v for k, v in remote.items() if k not in skip and not k.startswith("_ansible")
+    }
+    assert local_cuda["ansible_facts"]["stack_layer_cuda"] == remote["ansible_facts"]["stack_layer_cuda"]
+    assert set(local_cudnn["required"]["cuda"]) == {"version", "details", "fingerprint", "built_at"}
+
+    later = playbook_results(
+        tmp_path,
+        [
+            snapshot,
+            {"layer_state": dict(cuda, inputs={"v": 9})},  # 1: other inputs: the host decides
+            {"layer_state": dict(cuda, rebuild="cuda")},  # 2: a request: the host decides
+            {"layer_state": dict(cuda, verify="all")},  # 3: the same
+            {"file": {"path": str(marker), "state": "touch", "modification_time": "202001010000.00"}},
+            # 5: the snapshot's stat predates the touch (only a layer's own record, which empties the
+            # snapshot, changes files during a stage): it still says unchanged
+            query_cuda,
+            snapshot,
+            query_cuda,  # 7: a new snapshot sees the touched file: the host looks again
+            {"layer_state": dict(cuda, state="present", version="11.8.89", files=[str(marker)])},
+            query_cudnn,  # 9: a record changed in this run: the host decides (cuda's new fingerprint)
+        ],
+    )
+    assert [bool(later[i].get("from_snapshot")) for i in (1, 2, 3, 5, 7, 9)] == [False] * 3 + [True] + [False] * 2
+    assert [later[i]["reason"] for i in (1, 2, 3)] == ["inputs_changed", "requested", "unchanged"]
+    assert later[3]["probe"]
+    assert (later[7]["reason"], later[7]["probe"]) == ("files_changed", True)
+    assert later[8]["ansible_facts"]["stack_layer_snapshot"] == {}
+    assert later[9]["reason"] == "dependency_changed"

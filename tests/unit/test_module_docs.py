@@ -87,9 +87,9 @@ def test_modules_declare_check_and_diff_support(path: Path):
         if support == "partial":
             assert attributes[name].get("details"), "%s: a partial %s needs details saying what" % (path.name, name)
     assert "action_common_attributes" in (doc.get("extends_documentation_fragment") or [])
-    # A module whose code is an action plugin of the same name (the Ansible convention): its source.
+    # A module with an action plugin of the same name (the Ansible convention): both sources.
     action = REPO / "action_plugins" / path.name
-    source = action.read_text() if action.exists() else path.read_text()
+    source = path.read_text() + (action.read_text() if action.exists() else "")
     # The code agrees: check mode is declared to AnsibleModule, a diff is built only in diff mode.
     declares_check = "supports_check_mode=True" in source or "_supports_check_mode = True" in source
     assert (attributes["check_mode"]["support"] != "none") == declares_check, path.name
@@ -232,6 +232,8 @@ def layer_state_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dic
         {"layer_state": dict(base, name="preflight", state="present")},
         {"layer_state": dict(base, inputs={"v": 1}, requires=["preflight"], files=[str(tmp_path)], verify="cuda")},
         {"layer_state": dict(present, built=False)},
+        {"layer_state": dict(base, state="snapshot")},
+        {"layer_state": dict(base, inputs={"v": 1})},
     ]
     return run_tasks("layer_state", tasks, tmp_path)
 
