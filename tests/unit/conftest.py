@@ -120,6 +120,43 @@ def rendered_launchers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     return {name: render.render(name, root / name)["train.sh"].parent for name in gpu_profile_names()}
 
 
+# -- a play on localhost, with the project's ansible.cfg ------------------------
+
+
+def run_play(
+    tmp_path: Path, tasks: list[dict], *args: str, callback: str = "json", **play: object
+) -> subprocess.CompletedProcess:
+    """One ansible-playbook run of `tasks` on localhost (local connection), through the project's
+    ansible.cfg and with the stdout callback `callback`; `play` adds keys to the play (vars_files,
+    module_defaults), `args` to the command line (--tags). The caller reads stdout/stderr."""
+    import yaml
+
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False, **play, "tasks": tasks}])
+    )
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STDOUT_CALLBACK=callback,
+    )
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(playbook), *args]
+    command += ["-e", "ansible_python_interpreter=" + sys.executable]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
+
+
+def play_results(tmp_path: Path, tasks: list[dict], **play: object) -> list[dict]:
+    """run_play with the json callback: every task's result on localhost, in order; the play must pass."""
+    import json
+
+    done = run_play(tmp_path, tasks, **play)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return [task["hosts"]["localhost"] for task in json.loads(done.stdout)["plays"][0]["tasks"]]
+
+
 # -- a module of library/, run by Ansible on localhost --------------------------
 
 

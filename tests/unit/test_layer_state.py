@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_module
+from conftest import play_results, run_module
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "library"))
@@ -282,34 +282,9 @@ def test_state_is_written_durably_and_whole(tmp_path, monkeypatch):
 
 
 def playbook_results(tmp_path: Path, tasks: list[dict]) -> list[dict]:
-    """Run tasks in one ansible-playbook on localhost (json callback): every task's result, in order."""
-    import os
-    import subprocess
-
-    import yaml
-
-    repo = Path(__file__).resolve().parents[2]
-    playbook = tmp_path / "play.yml"
-    play = {
-        "hosts": "localhost",
-        "connection": "local",
-        "gather_facts": False,
-        "module_defaults": {"layer_state": {"state_dir": str(tmp_path / "layers"), "layers": LAYERS}},
-        "tasks": tasks,
-    }
-    playbook.write_text(yaml.safe_dump([play]))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(repo / "ansible.cfg"),
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_STDOUT_CALLBACK="json",
-    )
-    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(playbook)]
-    command += ["-e", "ansible_python_interpreter=" + sys.executable]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [task["hosts"]["localhost"] for task in json.loads(done.stdout)["plays"][0]["tasks"]]
+    """Every task's result, in order, of one play on localhost with the stage playbooks' module_defaults."""
+    defaults = {"layer_state": {"state_dir": str(tmp_path / "layers"), "layers": LAYERS}}
+    return play_results(tmp_path, tasks, module_defaults=defaults)
 
 
 # Keys Ansible adds to a result that names an existing file (the state file), on the host only.

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from conftest import run_play
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
@@ -92,37 +93,9 @@ def test_every_layer_role_answers_to_the_verify_tag():
 
 def verify_request(tmp_path: Path, *args: str) -> str:
     """What `verify` every layer_state call gets (stack_layer_args) with these command-line options."""
-    playbook = tmp_path / "play.yml"
-    stack_vars = str(REPO / "group_vars/all/stack.yml")
     task = {"debug": {"msg": "verify=[{{ stack_layer_args.verify }}]"}, "tags": ["always"]}
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "hosts": "localhost",
-                    "connection": "local",
-                    "gather_facts": False,
-                    "vars_files": [stack_vars],
-                    "tasks": [task],
-                }
-            ]
-        )
-    )
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-    )
-    done = subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-i", "localhost,", str(playbook), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
+    stack_vars = str(REPO / "group_vars/all/stack.yml")
+    done = run_play(tmp_path, [task], *args, callback="default", vars_files=[stack_vars])
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.split("verify=[", 1)[1].split("]", 1)[0]
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
+from conftest import play_results
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = sorted(REPO.glob("library/*.py"))
@@ -177,22 +178,7 @@ PATH_INFO = {"uid", "gid", "owner", "group", "mode", "size", "state", "secontext
 def run_tasks(name: str, tasks: list[dict], tmp_path: Path) -> list[dict]:
     """Run tasks in one ansible-playbook (one start-up instead of one per call, as run_module has):
     the results of the tasks that call module `name`. A task may set check_mode and diff."""
-    playbook = tmp_path / "play.yml"
-    play = {"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}
-    playbook.write_text(yaml.safe_dump([play]))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_STDOUT_CALLBACK="json",
-    )
-    command = [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook)]
-    command += ["-e", "ansible_python_interpreter=" + sys.executable]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    results = [task["hosts"]["localhost"] for task in json.loads(done.stdout)["plays"][0]["tasks"]]
-    results = [result for result in results if result.get("action") == name]
+    results = [result for result in play_results(tmp_path, tasks) if result.get("action") == name]
     assert len(results) == sum(name in task for task in tasks)
     return [{key: value for key, value in result.items() if not key.startswith("_ansible")} for result in results]
 

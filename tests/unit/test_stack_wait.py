@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from conftest import run_play
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "action_plugins"))
@@ -17,14 +16,7 @@ import stack_wait  # noqa: E402
 
 def play(tmp_path: Path, tasks: list[dict]) -> subprocess.CompletedProcess:
     """ansible-playbook with the project's ansible.cfg and the default callback, on localhost."""
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(
-        yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}])
-    )
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="false")
-    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(playbook)]
-    command += ["-e", "ansible_python_interpreter=" + sys.executable]
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    return run_play(tmp_path, tasks, callback="default")
 
 
 def job(command: str, register: str = "job") -> dict:
