@@ -35,6 +35,9 @@ def unchanged(args: dict[str, Any], snap: dict[str, Any]) -> dict[str, Any] | No
     name = args.get("name")
     if not name or not snap or snap.get("state_dir") != args.get("state_dir"):
         return None
+    # This run's snapshot only: one kept by a fact cache is another run's, and the host may have changed.
+    if not args.get("run") or snap.get("run") != args.get("run"):
+        return None
     if args.get("rebuild", "") not in NOTHING or args.get("verify", "") not in NOTHING:
         return None
     records = snap.get("records") or {}

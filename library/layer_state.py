@@ -249,6 +249,11 @@ ansible_facts:
       type: dict
       returned: when O(state=snapshot), or emptied when O(state=building) or O(state=present) changed a record
       contains:
+        run:
+          description:
+            - O(run), the run that read it. The action plugin answers only that run's queries from it,
+              so a snapshot kept by a fact cache never answers a later run.
+          type: str
         state_dir:
           description: O(state_dir).
           type: str
@@ -430,7 +435,7 @@ def changed_files(recorded: dict[str, Any], paths: list[str]) -> list[str]:
     return sorted(path for path in paths if path not in recorded or recorded[path] != now[path])
 
 
-def snapshot(state_dir: str, layers: list[str]) -> dict[str, Any]:
+def snapshot(state_dir: str, layers: list[str], run: str) -> dict[str, Any]:
     """Every layer's record and, for a complete one, its recorded files whose stat changed."""
     records: dict[str, Any] = {}
     stale: dict[str, list[str]] = {}
@@ -442,7 +447,7 @@ def snapshot(state_dir: str, layers: list[str]) -> dict[str, Any]:
         recorded = record.get("files")
         if record.get("status") == "complete" and isinstance(recorded, dict):
             stale[layer] = changed_files(recorded, sorted(recorded))
-    return dict(state_dir=state_dir, host_time=round(time.time(), 3), records=records, stale=stale)
+    return dict(run=run, state_dir=state_dir, host_time=round(time.time(), 3), records=records, stale=stale)
 
 
 def decide(previous: dict[str, Any], inputs: dict[str, Any], deps: dict[str, str], requested: bool) -> tuple[bool, str]:
@@ -506,7 +511,9 @@ def main() -> None:
     )
     p = module.params
     if p["state"] == "snapshot":
-        module.exit_json(changed=False, ansible_facts={"stack_layer_snapshot": snapshot(p["state_dir"], p["layers"])})
+        module.exit_json(
+            changed=False, ansible_facts={"stack_layer_snapshot": snapshot(p["state_dir"], p["layers"], p["run"])}
+        )
     name = p["name"]
     unknown = sorted({name, *p["requires"]} - set(p["layers"]))
     if unknown:

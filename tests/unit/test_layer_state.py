@@ -281,9 +281,9 @@ def test_state_is_written_durably_and_whole(tmp_path, monkeypatch):
 # -- the snapshot: one call per stage, a no-op query answered on the controller -----------------
 
 
-def playbook_results(tmp_path: Path, tasks: list[dict]) -> list[dict]:
+def playbook_results(tmp_path: Path, tasks: list[dict], run: str = "run-a") -> list[dict]:
     """Every task's result, in order, of one play on localhost with the stage playbooks' module_defaults."""
-    defaults = {"layer_state": {"state_dir": str(tmp_path / "layers"), "layers": LAYERS}}
+    defaults = {"layer_state": {"state_dir": str(tmp_path / "layers"), "layers": LAYERS, "run": run}}
     return play_results(tmp_path, tasks, module_defaults=defaults)
 
 
@@ -346,3 +346,9 @@ def test_a_noop_query_is_answered_from_the_snapshot_and_only_then(tmp_path: Path
     assert (later[7]["reason"], later[7]["probe"]) == ("files_changed", True)
     assert later[8]["ansible_facts"]["stack_layer_snapshot"] == {}
     assert later[9]["reason"] == "dependency_changed"
+
+    # Another run never takes this run's snapshot for its own (a fact cache would keep it).
+    again = playbook_results(tmp_path, [snapshot, query_cuda, query_cuda], run="run-b")
+    assert again[1]["from_snapshot"]
+    stale = {"layer_state": dict(query_cuda["layer_state"], run="run-c")}
+    assert "from_snapshot" not in playbook_results(tmp_path, [snapshot, stale], run="run-b")[1]

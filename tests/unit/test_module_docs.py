@@ -218,8 +218,8 @@ def layer_state_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dic
         {"layer_state": dict(base, name="preflight", state="present")},
         {"layer_state": dict(base, inputs={"v": 1}, requires=["preflight"], files=[str(tmp_path)], verify="cuda")},
         {"layer_state": dict(present, built=False)},
-        {"layer_state": dict(base, state="snapshot")},
-        {"layer_state": dict(base, inputs={"v": 1})},
+        {"layer_state": dict(base, state="snapshot", run="run-a")},
+        {"layer_state": dict(base, inputs={"v": 1}, run="run-a")},
     ]
     return run_tasks("layer_state", tasks, tmp_path)
 
