@@ -20,8 +20,11 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 
 SNAPSHOT = "stack_layer_snapshot"
-# A verify or rebuild request that asks for nothing (what the stage playbooks pass by default).
-NOTHING = ("", None, False, [], "false", "no", "False")
+# A rebuild request that asks for nothing (what the stage playbooks pass by default); anything else,
+# an unknown name included, is the module's to parse (and refuse). The module reads a verify of
+# false or no as none as well.
+NO_REBUILD = ("", None, [])
+NO_VERIFY = ("", None, [], "false", "no", "False", "No")
 
 
 def normal(value: Any) -> Any:
@@ -38,7 +41,8 @@ def unchanged(args: dict[str, Any], snap: dict[str, Any]) -> dict[str, Any] | No
     # This run's snapshot only: one kept by a fact cache is another run's, and the host may have changed.
     if not args.get("run") or snap.get("run") != args.get("run"):
         return None
-    if args.get("rebuild", "") not in NOTHING or args.get("verify", "") not in NOTHING:
+    rebuild, verify = args.get("rebuild", ""), args.get("verify", "")
+    if isinstance(rebuild, bool) or rebuild not in NO_REBUILD or (verify is not False and verify not in NO_VERIFY):
         return None
     records = snap.get("records") or {}
     previous = records.get(name)

@@ -23,8 +23,10 @@ ARGS = {
     "log": {"type": "path"},
     "size_of": {"type": "path"},
 }
-# Keys of the job's status file that describe the wait, not the job's result.
-STATUS_KEYS = ("started", "finished", "results_file", "ansible_job_id", "erased")
+# The keys of the job's result that this task returns, and no others: the status file of a job
+# that runs as the training user is that user's to write, so nothing else of it (ansible_facts,
+# which would become host facts, or Ansible's own _ansible_* keys) may reach the play.
+RESULT_KEYS = ("rc", "cmd", "stdout", "stdout_lines", "stderr", "stderr_lines", "start", "end", "delta", "msg")
 
 
 def human_seconds(seconds: float) -> str:
@@ -96,7 +98,13 @@ class ActionModule(ActionBase):
                 display.display("  %s | %s" % (host, line) if host else "  " + line, stderr=True)
             time.sleep(min(POLL, args["every"]))
         self._status(args["jid"], task_vars, mode="cleanup")
-        result.update({key: value for key, value in status.items() if key not in STATUS_KEYS})
+        result.update({key: status[key] for key in RESULT_KEYS if key in status})
+        result["changed"] = bool(status.get("changed", False))
+        if status.get("skipped"):
+            result["skipped"] = True
+        if status.get("failed") or status.get("rc", 0) not in (0, None):
+            result["failed"] = True
+            result.setdefault("msg", "the job failed")
         result["seconds"] = round(time.monotonic() - started, 1)
         result["progress"] = lines
         return result

@@ -19,6 +19,11 @@ description:
     last reboot is stale and taken over. A lock whose holder the controller found dead is taken
     over when its run id is given in O(takeover). Any other lock fails the run at once, with the
     holder in the message.
+  - The long steps of a run (the CUDA installer, pip, the Apex build, downloads) go on in the
+    background on the host when the controller dies, so a run whose controller is gone may still be
+    at work there. Those steps carry C(VERL_P40_RUN=<run id>) in their environment; a lock whose
+    holder still has such a process on the host is not taken over (a reboot ends them), and the
+    message names the processes to wait for or stop.
   - Run bookkeeping, not a change of the host, so the module reports C(changed=false).
 options:
   path:
@@ -191,6 +196,30 @@ def describe(holder: dict[str, Any]) -> str:
     )
 
 
+# The environment variable that marks a run's background steps (group_vars/all/stack.yml,
+# stack_job_environment, sets it on each).
+RUN_ENV = "VERL_P40_RUN"
+
+
+def jobs_of(run_id: str, proc: str = "/proc") -> list[tuple[int, str]]:
+    """The processes on this host whose environment names the run: (pid, command line)."""
+    wanted = ("%s=%s" % (RUN_ENV, run_id)).encode()
+    found = []
+    for entry in os.listdir(proc):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "environ"), "rb") as handle:
+                if wanted not in handle.read().split(b"\0"):
+                    continue
+            with open(os.path.join(proc, entry, "cmdline"), "rb") as handle:
+                command = handle.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+        found.append((int(entry), command[:120]))
+    return sorted(found)
+
+
 def stale_reason(holder: dict[str, Any], takeover: str, current_boot: str) -> Optional[str]:
     """Why an existing lock may be taken over, or None."""
     if holder.get("boot_id") and current_boot and holder["boot_id"] != current_boot:
@@ -232,6 +261,19 @@ def main() -> None:
         module.exit_json(changed=False, holder=mine)
     holder = read_lock(path) or {}
     why = stale_reason(holder, p["takeover"], mine["boot_id"])
+    jobs = jobs_of(str(holder.get("id", ""))) if why and holder.get("id") else []
+    if jobs:
+        module.fail_json(
+            msg="The run %s is gone from its controller, but its background steps still run on this host: %s. "
+            "Wait for them to end (or stop them: kill %s), then rerun; taking the lock now would let this run "
+            "rebuild a layer under them."
+            % (
+                holder.get("id"),
+                "; ".join("pid %d (%s)" % job for job in jobs),
+                " ".join(str(pid) for pid, _ in jobs),
+            ),
+            holder=holder,
+        )
     if why:
         write_new(path, mine, replace=True)
         module.exit_json(changed=False, holder=mine, taken_over=dict(holder, reason=why))

@@ -14,8 +14,10 @@ description:
     and prints a line every O(every) seconds, with the elapsed time, the size of O(size_of) (bytes
     downloaded or unpacked so far) and the last line of O(log), so a user does not wait through an
     hour of silence. The lines reach a plain terminal and ansible-runner's event stream alike.
-  - The action's result is the job's own (RV(rc), RV(stdout), RV(stderr), ...), as the task would have
-    returned without C(async), and it fails when the job failed. The job's status file is removed.
+  - The action's result is the job's own RV(rc), RV(stdout), RV(stderr), RV(cmd), RV(start), RV(end),
+    RV(delta) and C(msg), as the task would have returned without C(async), and it fails when the job
+    failed. Nothing else of the job's status file is taken (no C(ansible_facts)), since a job that runs as
+    the training user writes that file as that user. The job's status file is removed.
   - Everything it runs on the host (the job status, C(du), C(tail)) runs with the task's connection
     and C(become) settings. Give it the same C(become_user) as the job, so a log the training user
     writes is read as that user.
@@ -55,7 +57,10 @@ attributes:
     support: none
   check_mode:
     support: full
-    details: Nothing to wait for in check mode (the job does not run); the task reports skipped.
+    details:
+      - The wait itself changes nothing. In check mode an async task still starts its module, in
+        check mode (a command module reports itself skipped); the wait returns that result. An empty
+        O(jid) (the job's task was skipped) skips the wait.
   diff_mode:
     support: none
   platform:

@@ -50,6 +50,27 @@ def test_takeover_and_release(tmp_path):
     assert not Path(lock).exists()
 
 
+def test_a_dead_runs_background_steps_keep_its_lock(tmp_path):
+    """The controller of run-a is gone, but its installer still runs in the background: no takeover."""
+    lock = str(tmp_path / "run.lock")
+    ansible("host_lock", {"path": lock, "run": run("run-a")})
+    step = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN="run-a"))
+    other = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN="run-ab"))
+    try:
+        refused = ansible("host_lock", {"path": lock, "run": run("run-b"), "takeover": "run-a"})
+        assert refused["_rc"] != 0
+        assert "its background steps still run on this host: pid %d (sleep 60)" % step.pid in refused["msg"]
+        assert "kill %d" % step.pid in refused["msg"] and str(other.pid) not in refused["msg"]
+        assert json.loads(Path(lock).read_text())["id"] == "run-a"
+    finally:
+        step.kill()
+        step.wait()
+    taken = ansible("host_lock", {"path": lock, "run": run("run-b"), "takeover": "run-a"})
+    other.kill()
+    other.wait()
+    assert taken["_rc"] == 0 and taken["taken_over"]["id"] == "run-a"
+
+
 def test_lock_from_before_a_reboot_is_stale(tmp_path):
     lock = tmp_path / "run.lock"
     lock.write_text(json.dumps(dict(run("run-a"), boot_id="an-earlier-boot")))

@@ -48,6 +48,23 @@ def test_a_failed_job_fails_the_task_with_its_result(tmp_path: Path):
     assert "rc: 3" in done.stdout and "broken" in done.stdout, done.stdout
 
 
+def test_nothing_but_the_jobs_result_reaches_the_play(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A job that runs as the training user can rewrite its own status file: facts it plants there
+    must not become host facts of root's play."""
+    async_dir = tmp_path / "async"
+    monkeypatch.setenv("ANSIBLE_ASYNC_DIR", str(async_dir))
+    forged = '{"finished": 1, "rc": 0, "stdout": "forged", "ansible_facts": {"stack_user": "root"}}'
+    steps = "sleep 1; for f in %s/*; do echo '%s' > $f; done; sleep 4" % (async_dir, forged)
+    tasks = [
+        job(steps),
+        {"stack_wait": {"jid": "{{ job.ansible_job_id }}", "every": 1}, "register": "waited"},
+        {"debug": {"msg": "user=[{{ stack_user | default('unset') }}] out=[{{ waited.stdout }}]"}},
+    ]
+    done = play(tmp_path, tasks)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "user=[unset] out=[forged]" in done.stdout, done.stdout
+
+
 def test_the_timeout_fails_and_says_the_job_goes_on(tmp_path: Path):
     tasks = [job("sleep 20"), {"stack_wait": {"jid": "{{ job.ansible_job_id }}", "timeout": 1, "label": "Install"}}]
     done = play(tmp_path, tasks)
