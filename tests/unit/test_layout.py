@@ -108,3 +108,22 @@ def test_the_verify_tag_is_a_verify_request(tmp_path):
     assert verify_request(tmp_path, "--tags", "cuda") == ""
     # -e verify=... still wins.
     assert verify_request(tmp_path, "--tags", "verify", "-e", "verify=cuda") == "cuda"
+
+
+def test_molecule_gets_every_plugin_path_of_ansible_cfg():
+    """Molecule runs ansible-playbook with its own ansible.cfg: each plugin path of the project's
+    must reach it as ANSIBLE_<KEY>, or a scenario whose playbook is not beside the plugins (bullseye
+    imports playbooks/system.yml) runs without them (stack_wait would run as its documentation stub)."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "ansible.cfg")
+    paths = {k: v for k, v in cfg["defaults"].items() if k == "library" or k.endswith(("_plugins", "_path", "_utils"))}
+    assert {"library", "action_plugins", "filter_plugins", "lookup_plugins"} <= set(paths)
+    env = yaml.safe_load((REPO / ".config/molecule/config.yml").read_text())["provisioner"]["env"]
+    missing = [
+        key
+        for key, value in paths.items()
+        if env.get("ANSIBLE_" + key.upper()) != "${MOLECULE_PROJECT_DIRECTORY}/" + value
+    ]
+    assert missing == []
