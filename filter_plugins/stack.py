@@ -14,7 +14,7 @@ def stack_artifact(
     """Return one manifest entry with its overrides merged and its download URL resolved."""
     if key not in manifest:
         raise AnsibleFilterError(
-            "artifact '%s' is not in stack_artifacts (group_vars/all/artifacts.yml); known: %s"
+            "artifact '%s' is not in stack_artifacts (roles/stack/defaults/main/artifacts.yml); known: %s"
             % (key, ", ".join(sorted(manifest)))
         )
     entry = dict(manifest[key])

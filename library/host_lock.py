@@ -196,7 +196,7 @@ def describe(holder: dict[str, Any]) -> str:
     )
 
 
-# The environment variable that marks a run's background steps (group_vars/all/stack.yml,
+# The environment variable that marks a run's background steps (roles/stack/defaults/main/stack.yml,
 # stack_job_environment, sets it on each).
 RUN_ENV = "VERL_P40_RUN"
 

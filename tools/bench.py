@@ -208,7 +208,6 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="verl-p40-bench-") as tmp:
             workdir = Path(tmp)
             (workdir / "inventory").mkdir()
-            (workdir / "inventory" / "group_vars").symlink_to(ROOT / "group_vars")
             inventory = workdir / "inventory" / "hosts.yml"
             inventory.write_text(
                 yaml.safe_dump(

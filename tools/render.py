@@ -8,9 +8,9 @@
     python tools/render.py --list-profiles
 
 Variables come from where the train role gets them, in Ansible's order: the
-defaults of the roles of the training play (data, model, train: the train
-role's data and model paths are the data and model layers' output
-directories), group_vars/all/*.yml (the profiles among them), then
+defaults of the roles of the training play (the stack role's shared values and
+manifests, the profiles among them; data, model, train: the train role's data
+and model paths are the data and model layers' output directories), then
 --vars-file files and --var key=value pairs (YAML values, like -e). The
 profile is handed over as preflight_profile, the way the preflight role sets
 it, so train_profile resolves through the role's own default. Templates are
@@ -50,8 +50,12 @@ from nvidia import gpus_picked, nvidia_smi_gpus, nvidia_smi_p2p  # noqa: E402
 
 # The roles of playbooks/train.yml, in play order: the train role reads the data and model
 # roles' output directories (train_data_dir, train_model_path).
-DEFAULTS_FILES = [REPO / "roles" / role / "defaults" / "main.yml" for role in ("data", "model", "train")]
-GROUP_VARS_DIR = REPO / "group_vars" / "all"
+# The training play's role defaults: stack (every layer role's dependency) holds its values in
+# defaults/main/*.yml, the others in defaults/main.yml.
+DEFAULTS_FILES = [
+    *sorted((REPO / "roles" / "stack" / "defaults" / "main").glob("*.yml")),
+    *(REPO / "roles" / role / "defaults" / "main.yml" for role in ("data", "model", "train")),
+]
 # The train role's own templates, the ones it renders on a host.
 TRAIN_TEMPLATES = REPO / "roles" / "train" / "templates"
 TEMPLATES = {
@@ -165,10 +169,10 @@ def parse_var(text: str) -> tuple[str, Any]:
 
 
 def load_variables(extra_vars: dict[str, Any] | None = None) -> tuple[DataLoader, dict[str, Any]]:
-    """The training play's role defaults, then group_vars/all, then extra vars (highest), untemplated."""
+    """The training play's role defaults, then extra vars (highest), untemplated."""
     loader = DataLoader()
     data: dict[str, Any] = {}
-    for path in [*DEFAULTS_FILES, *sorted(GROUP_VARS_DIR.glob("*.yml"))]:
+    for path in DEFAULTS_FILES:
         data.update(loader.load_from_file(str(path), trusted_as_template=True) or {})
     data.update(_trusted(extra_vars or {}))
     return loader, data

@@ -67,7 +67,7 @@ TEMPLATE_LIBS = ["libthrust-dev", "libcub-dev", "libcu++-dev"]
 STANDINS = ROOT / ".cache" / "standins"
 PY_STANDINS = ROOT / ".cache" / "standins-python"
 VARS_FILES = [STANDINS / "standins.yml", PY_STANDINS / "standins_python.yml", ROOT / "tests/fixtures/ci-vars.yml"]
-# Where the group_vars put things (group_vars/all/stack.yml, roles/*/defaults).
+# Where the role defaults put things (roles/stack/defaults/main/stack.yml, roles/*/defaults).
 CUDA_PREFIX = "/usr/local/cuda-11.8"
 ENV_PYTHON = "/opt/miniforge3/envs/verl-env/bin/python"
 APEX_SRC = "/home/verl/verl-p40/apex"
@@ -258,9 +258,6 @@ def playbook_command(inventory: Path, tags: str, extra: dict[str, Any] | None) -
 def write_inventory(workdir: Path, container: str) -> Path:
     inv = workdir / "inventory"
     inv.mkdir(parents=True, exist_ok=True)
-    group_vars = inv / "group_vars"
-    if not group_vars.exists():
-        group_vars.symlink_to(ROOT / "group_vars")
     hosts = inv / "hosts.yml"
     hosts.write_text(
         json.dumps(

@@ -37,10 +37,12 @@ def load_module():
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verl", type=Path, required=True, help="verl checkout root (holds verl/)")
-    parser.add_argument("--profile", default="pascal", help="GPU profile in group_vars/all/gpu_profiles.yml")
+    parser.add_argument("--profile", default="pascal", help="GPU profile in roles/stack/defaults/main/gpu_profiles.yml")
     args = parser.parse_args(argv)
 
-    profiles = yaml.safe_load((REPO / "group_vars" / "all" / "gpu_profiles.yml").read_text())["stack_gpu_profiles"]
+    profiles = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "gpu_profiles.yml").read_text())[
+        "stack_gpu_profiles"
+    ]
     profile = profiles[args.profile]
     verl_patch = load_module()
     try:

@@ -1,7 +1,7 @@
 """Shared fixtures of the testinfra modules: the variables a layer was built from.
 
-The expected values come from the same variables the roles use: every role's defaults,
-group_vars/all, the inventory's vars for the host (when it is in STACK_INVENTORY, default
+The expected values come from the same variables the roles use: every role's defaults
+(the stack role's shared values among them), the inventory's vars for the host (when it is in STACK_INVENTORY, default
 inventory/hosts.yml), and the extra-vars files in STACK_VARS_FILES (comma-separated, the
 files a Molecule scenario passes with -e @FILE), templated by Ansible itself.
 
@@ -39,10 +39,9 @@ class StackVars:
     def __init__(self, hostname: str) -> None:
         self.loader = DataLoader()
         data: dict[str, Any] = {}
-        for defaults in sorted(ROOT.glob("roles/*/defaults/main.yml")):
+        # Every role's defaults: defaults/main.yml, or the files of defaults/main/ (stack).
+        for defaults in sorted([*ROOT.glob("roles/*/defaults/main.yml"), *ROOT.glob("roles/*/defaults/main/*.yml")]):
             data.update(self._load(defaults))
-        for group_file in sorted((ROOT / "group_vars" / "all").glob("*.yml")):
-            data.update(self._load(group_file))
         inventory = os.environ.get("STACK_INVENTORY", str(ROOT / "inventory" / "hosts.yml"))
         manager = InventoryManager(self.loader, sources=[inventory])
         if manager.get_host(hostname) is not None:

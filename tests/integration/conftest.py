@@ -62,7 +62,6 @@ class Host:
         self.name = name
         self.inventory = workdir / "inventory"
         self.inventory.mkdir()
-        (self.inventory / "group_vars").symlink_to(ROOT / "group_vars")
         (self.inventory / "hosts.yml").write_text(
             yaml.safe_dump(
                 {

@@ -104,10 +104,10 @@ for _tools in (
 
 
 def gpu_profile_names() -> list[str]:
-    """The profiles in group_vars/all/gpu_profiles.yml, for parametrizing tests."""
+    """The profiles in roles/stack/defaults/main/gpu_profiles.yml, for parametrizing tests."""
     import yaml
 
-    data = yaml.safe_load((REPO / "group_vars" / "all" / "gpu_profiles.yml").read_text())
+    data = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "gpu_profiles.yml").read_text())
     return list(data["stack_gpu_profiles"])
 
 
@@ -123,6 +123,19 @@ def rendered_launchers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
 # -- a play on localhost, with the project's ansible.cfg ------------------------
 
 
+def ansible_env(**extra: str) -> dict[str, str]:
+    """The environment of an Ansible run on localhost: the project's ansible.cfg, no localhost or
+    inventory warnings, no colour; `extra` adds or replaces variables (the stdout callback)."""
+    return dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_NOCOLOR="1",
+        **extra,
+    )
+
+
 def run_play(
     tmp_path: Path, tasks: list[dict], *args: str, callback: str = "json", **play: object
 ) -> subprocess.CompletedProcess:
@@ -135,14 +148,7 @@ def run_play(
     playbook.write_text(
         yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False, **play, "tasks": tasks}])
     )
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_STDOUT_CALLBACK=callback,
-    )
+    env = ansible_env(ANSIBLE_STDOUT_CALLBACK=callback)
     command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(playbook), *args]
     command += ["-e", "ansible_python_interpreter=" + sys.executable]
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
@@ -165,19 +171,11 @@ def run_module(name: str, args: dict, check: bool = False, diff: bool = False) -
     With `diff`, in diff mode (--diff). The json callback reports the result as the module returned
     it, `diff` included (the oneline one drops it), plus Ansible's `invocation` and `action`."""
     import json
-    import os
 
     command = [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", name, "-a", json.dumps(args)]
     command += ["-e", "ansible_python_interpreter=" + sys.executable]
     command += (["--check"] if check else []) + (["--diff"] if diff else [])
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
-        ANSIBLE_STDOUT_CALLBACK="json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="true",
-    )
+    env = ansible_env(ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="true")
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
     try:
         report = json.loads(done.stdout)

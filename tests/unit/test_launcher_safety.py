@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "filter_plugins"))
 from launcher import hydra_value, launcher_env, launcher_env_problems  # noqa: E402
 
 # The HF rollout is sized from the model's config (filter_plugins/rollout.py).
-MODEL_CONFIG = yaml.safe_load((REPO / "group_vars" / "all" / "model_architectures.yml").read_text())[
+MODEL_CONFIG = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml").read_text())[
     "stack_model_architectures"
 ]["Qwen2.5-0.5B-Instruct"]
 BAD_NAMES = ["X=1;touch pwned;Y", "1ST", "A-B", "A B", "$(touch pwned)", "", "PATH\n", "É"]
@@ -129,7 +129,9 @@ def test_render_refuses_a_bad_name_before_writing(tmp_path: Path):
 
 
 def test_render_refuses_a_bad_name_in_a_profile(tmp_path: Path):
-    profiles = yaml.safe_load((REPO / "group_vars" / "all" / "gpu_profiles.yml").read_text())["stack_gpu_profiles"]
+    profiles = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "gpu_profiles.yml").read_text())[
+        "stack_gpu_profiles"
+    ]
     profiles["pascal"]["env"]["X=1;touch pwned;Y"] = "1"
     with pytest.raises(ValueError, match=r"stack_gpu_profiles.pascal.env: 'X=1;touch pwned;Y'"):
         render.render("pascal", tmp_path, {"stack_gpu_profiles": profiles})
@@ -174,7 +176,7 @@ def test_preflight_refuses_a_bad_name(tmp_path: Path):
                 "local",
                 str(playbook),
                 "-e",
-                "@" + str(REPO / "group_vars" / "all" / "gpu_profiles.yml"),
+                "@" + str(REPO / "roles" / "stack" / "defaults" / "main" / "gpu_profiles.yml"),
                 "-e",
                 yaml.safe_dump(extra, default_flow_style=True).strip(),
             ],

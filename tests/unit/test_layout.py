@@ -1,4 +1,4 @@
-"""The project's layout: group_vars reach the plays, every layer is wired the same way."""
+"""The project's layout: the shared values reach the plays from any inventory, every layer is wired the same way."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from conftest import run_play
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
-PROFILES = yaml.safe_load((REPO / "group_vars/all/gpu_profiles.yml").read_text())["stack_gpu_profiles"]
+PROFILES = yaml.safe_load((REPO / "roles/stack/defaults/main/gpu_profiles.yml").read_text())["stack_gpu_profiles"]
 
 
 def play(inventory: Path, playbook: Path) -> subprocess.CompletedProcess:
-    # Only the tasks tagged always run: the group_vars check of each stage playbook.
+    # Only the tasks tagged always run: each stage's lock and snapshot, the roles' argument checks, the summary.
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     return subprocess.run(
         [
@@ -48,26 +48,39 @@ def play(inventory: Path, playbook: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_group_vars_reach_site_and_stage_playbooks():
-    playbooks = [REPO / "site.yml", *sorted((REPO / "playbooks").glob("*.yml"))]
-    assert len(playbooks) >= 3
-    for playbook in playbooks:
-        run = play(REPO / "inventory" / "hosts.yml", playbook)
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert "Check that group_vars/ was loaded" in run.stdout
-
-
-def test_an_inventory_without_group_vars_is_caught(tmp_path):
+def test_the_shared_values_reach_every_playbook_from_any_inventory(tmp_path):
+    # An inventory of the user's own, with no group_vars beside it: the shared values (stack_lock_file,
+    # stack_layers, the manifests) are the stack role's role defaults, so each stage still has them.
     (tmp_path / "hosts.yml").write_text(
         yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}})
     )
-    run = play(tmp_path / "hosts.yml", REPO / "site.yml")
-    assert run.returncode != 0
-    assert "The project's group_vars/ did not reach localhost" in run.stdout
+    playbooks = [REPO / "site.yml", *sorted((REPO / "playbooks").glob("*.yml"))]
+    assert len(playbooks) >= 5
+    for playbook in playbooks:
+        run = play(tmp_path / "hosts.yml", playbook)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "stack : Validating arguments" in run.stdout, playbook
+
+
+def test_every_layer_role_depends_on_the_shared_values():
+    # Without the dependency a role run from a play of its own has no stack_user, stack_layers or manifests.
+    layers = yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]
+    for name in layers:
+        meta = yaml.safe_load((REPO / "roles" / name / "meta" / "main.yml").read_text())
+        roles = [dep["role"] if isinstance(dep, dict) else dep for dep in meta.get("dependencies") or []]
+        assert roles == ["stack"], name
+
+
+def test_nothing_reads_the_former_group_vars():
+    # The shared values moved from group_vars/ to roles/stack: nothing may need a group_vars link again.
+    assert not (REPO / "group_vars").exists() and not (REPO / "inventory" / "group_vars").exists()
+    for scenario in sorted((REPO / "molecule").glob("*/molecule.yml")):
+        links = ((yaml.safe_load(scenario.read_text())["provisioner"].get("inventory") or {}).get("links")) or {}
+        assert "group_vars" not in links, scenario
 
 
 def test_every_layer_role_has_the_standard_files():
-    layers = yaml.safe_load((REPO / "group_vars/all/stack.yml").read_text())["stack_layers"]
+    layers = yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]
     built = [name for name in layers if (REPO / "roles" / name).is_dir()]
     assert built[:3] == ["preflight", "cuda", "cudnn"]
     for name in built:
@@ -81,7 +94,9 @@ def test_every_layer_role_has_the_standard_files():
 
 def test_every_layer_role_answers_to_the_verify_tag():
     """--tags verify must reach every layer's role (its layer_state query reads the request)."""
-    layers = set(yaml.safe_load((REPO / "group_vars/all/stack.yml").read_text())["stack_layers"]) - {"preflight"}
+    layers = set(yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]) - {
+        "preflight"
+    }
     tagged = {}
     for playbook in sorted((REPO / "playbooks").glob("*.yml")):
         for play_ in yaml.safe_load(playbook.read_text()):
@@ -94,7 +109,7 @@ def test_every_layer_role_answers_to_the_verify_tag():
 def verify_request(tmp_path: Path, *args: str) -> str:
     """What `verify` every layer_state call gets (stack_layer_args) with these command-line options."""
     task = {"debug": {"msg": "verify=[{{ stack_layer_args.verify }}]"}, "tags": ["always"]}
-    stack_vars = str(REPO / "group_vars/all/stack.yml")
+    stack_vars = str(REPO / "roles/stack/defaults/main/stack.yml")
     done = run_play(tmp_path, [task], *args, callback="default", vars_files=[stack_vars])
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.split("verify=[", 1)[1].split("]", 1)[0]

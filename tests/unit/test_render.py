@@ -23,7 +23,7 @@ import validate_overrides
 
 PROFILES = gpu_profile_names()
 DEFAULTS = REPO / "roles" / "train" / "defaults" / "main.yml"
-MODELS = yaml.safe_load((REPO / "group_vars" / "all" / "model_architectures.yml").read_text())[
+MODELS = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml").read_text())[
     "stack_model_architectures"
 ]
 TEMPLATES = [
@@ -35,7 +35,9 @@ DEAD_VARIABLES = ("VLLM_DTYPE", "TRITON_MAX_SHARED_MEMORY")
 
 
 def profiles() -> dict:
-    return yaml.safe_load((REPO / "group_vars" / "all" / "gpu_profiles.yml").read_text())["stack_gpu_profiles"]
+    return yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "gpu_profiles.yml").read_text())[
+        "stack_gpu_profiles"
+    ]
 
 
 def print_overrides(script: Path, *extra: str) -> list[str]:
@@ -371,7 +373,7 @@ def test_model_and_data_paths_are_the_layers_output_directories(tmp_path: Path):
     assert "critic.model.path=/home/verl/verl-p40/models/Qwen2.5-1.5B-Instruct" in overrides
 
     # A path that names no known architecture: the rollout is sized from the given config.
-    config = yaml.safe_load((REPO / "group_vars" / "all" / "model_architectures.yml").read_text())
+    config = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml").read_text())
     config = config["stack_model_architectures"]["Qwen2.5-0.5B-Instruct"]
     render.render(
         "pascal",

@@ -82,11 +82,12 @@ def _trusted(value: Any) -> Any:
 
 
 def _variables(root: Path, role: Path, loader: DataLoader) -> dict[str, Any]:
-    """Every role's defaults, group_vars/all, the role's own vars and role_path: enough to name a source."""
+    """Every role's defaults (the stack role's defaults/main/ too), the role's own vars and role_path: enough to name
+    a source."""
     data: dict[str, Any] = {}
     paths = [
         *sorted(root.glob("roles/*/defaults/main.yml")),
-        *sorted((root / "group_vars" / "all").glob("*.yml")),
+        *sorted(root.glob("roles/*/defaults/main/*.yml")),
         *sorted((role / "vars").glob("*.yml")),
     ]
     for path in paths:
@@ -223,8 +224,8 @@ def test_the_checks_fail_on_the_former_layout(tmp_path: Path):
     (root / "tools" / "model_fetch.py").write_text("")
     (root / "templates").mkdir()
     (root / "templates" / "train.sh.j2").write_text("")
-    (root / "group_vars" / "all").mkdir(parents=True)
-    (root / "group_vars" / "all" / "stack.yml").write_text("stack_work_dir: /opt/w\n")
+    (root / "roles" / "stack" / "defaults" / "main").mkdir(parents=True)
+    (root / "roles" / "stack" / "defaults" / "main" / "stack.yml").write_text("stack_work_dir: /opt/w\n")
     for role, tasks in {
         "model": [
             {"name": "x", "ansible.builtin.copy": {"src": "{{ role_path }}/../../tools/model_fetch.py", "dest": "/x"}}

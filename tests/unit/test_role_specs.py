@@ -1,9 +1,11 @@
 """Every role's meta/argument_specs.yml and defaults/main.yml name the same options, with the same defaults.
 
 The spec is what validates input and what the role READMEs are generated from (tools/role_docs.py);
-defaults/main.yml is what the role runs with. An option in one and not the other, or a default the
-two disagree on, documents a role that does not exist. Values are compared as raw YAML: a templated
-default ("{{ stack_work_dir }}/apex") must be the same string in both files.
+defaults/main.yml (or the files of defaults/main/) is what the role runs with. An option in one and
+not the other, or a default the two disagree on, documents a role that does not exist. Values are
+compared as raw YAML: a templated default ("{{ stack_work_dir }}/apex") must be the same string in
+both files. One exception: a manifest (the stack role's artifacts, profiles, models) is data kept in a
+file of its own under defaults/main/; its option leaves the default out and names that file.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(
     path
     for path in (REPO / "roles").iterdir()
-    if (path / "defaults" / "main.yml").is_file() or (path / "meta" / "argument_specs.yml").is_file()
+    if (path / "defaults" / "main.yml").is_file()
+    or (path / "defaults" / "main").is_dir()
+    or (path / "meta" / "argument_specs.yml").is_file()
 )
 
 # What each spec type accepts as a (non-templated) default; bool is no int here, as YAML keeps them apart.
@@ -38,11 +42,25 @@ TYPE_CHECKS = {
 }
 
 
+def defaults_files(role: Path) -> list[Path]:
+    """defaults/main.yml, or every file of a defaults/main/ directory (Ansible reads either)."""
+    single = role / "defaults" / "main.yml"
+    return [single] if single.is_file() else sorted((role / "defaults" / "main").glob("*.yml"))
+
+
 def load_defaults(role: Path) -> dict[str, Any]:
-    """The role's options from defaults/main.yml: private names (__x) are internals, not options."""
-    path = role / "defaults" / "main.yml"
-    data = yaml.safe_load(path.read_text()) if path.is_file() else None
-    return {name: value for name, value in (data or {}).items() if not name.startswith("__")}
+    """The role's options from its defaults: private names (__x) are internals, not options."""
+    return {name: value for name, (value, _) in load_defaults_with_files(role).items()}
+
+
+def load_defaults_with_files(role: Path) -> dict[str, tuple[Any, str]]:
+    """Each option's default and the defaults file that holds it (relative to the role)."""
+    found: dict[str, tuple[Any, str]] = {}
+    for path in defaults_files(role):
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if not name.startswith("__"):
+                found[name] = (value, path.relative_to(role).as_posix())
+    return found
 
 
 def load_entry_points(role: Path) -> dict[str, dict[str, Any]]:
@@ -105,8 +123,15 @@ def option_problems(where: str, spec: dict[str, Any]) -> list[str]:
     return problems
 
 
-def spec_problems(defaults: dict[str, Any], entry_points: dict[str, dict[str, Any]]) -> list[str]:
-    """Every way the spec and defaults/main.yml disagree, as sentences naming the option."""
+def spec_problems(
+    defaults: dict[str, Any], entry_points: dict[str, dict[str, Any]], files: dict[str, str] | None = None
+) -> list[str]:
+    """Every way the spec and defaults/main.yml disagree, as sentences naming the option.
+
+    files: each option's defaults file; a data option kept in defaults/main/<name>.yml may leave its
+    default out of the spec when its description names that file.
+    """
+    files = files or {}
     problems = []
     if defaults and "main" not in entry_points:
         problems.append("no main entry point, but defaults/main.yml has options")
@@ -122,7 +147,8 @@ def spec_problems(defaults: dict[str, Any], entry_points: dict[str, dict[str, An
                 if spec.get("required"):
                     problems.append("%s is required, but defaults/main.yml gives it a default" % where)
                 if "default" not in spec:
-                    problems.append("%s has no default, but defaults/main.yml has %r" % (where, defaults[name]))
+                    if not data_file_named(spec, files.get(name, "")):
+                        problems.append("%s has no default, but defaults/main.yml has %r" % (where, defaults[name]))
                 elif not same(spec["default"], defaults[name]):
                     problems.append(
                         "%s: the spec's default %r differs from defaults/main.yml's %r"
@@ -136,14 +162,23 @@ def spec_problems(defaults: dict[str, Any], entry_points: dict[str, dict[str, An
     return problems
 
 
+def data_file_named(spec: dict[str, Any], path: str) -> bool:
+    """A data option's spec may omit its default: only for a file of defaults/main/ its description names."""
+    description = spec.get("description")
+    if isinstance(description, list):
+        description = " ".join(description)
+    return path.startswith("defaults/main/") and path in " ".join(str(description or "").split())
+
+
 def test_every_role_is_checked():
     names = [role.name for role in ROLES]
-    assert "train" in names and "stack_artifact" in names, names
+    assert {"train", "stack_artifact", "stack"} <= set(names), names
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_spec_matches_defaults(role: Path):
-    problems = spec_problems(load_defaults(role), load_entry_points(role))
+    found = load_defaults_with_files(role)
+    problems = spec_problems(load_defaults(role), load_entry_points(role), {n: f for n, (_, f) in found.items()})
     assert not problems, "roles/%s:\n  %s" % (role.name, "\n  ".join(problems))
 
 
@@ -204,6 +239,26 @@ def test_each_disagreement_is_caught(change, expected):
     assert any(expected in problem for problem in problems), problems
 
 
+def test_a_data_option_names_its_file_or_gives_its_default():
+    data = {"x_table": {"a": 1}}
+    named = {"main": {"options": {"x_table": {"type": "dict", "description": "See defaults/main/table.yml."}}}}
+    assert spec_problems(data, named, {"x_table": "defaults/main/table.yml"}) == []
+    # The same spec, but the value sits in defaults/main.yml (not a data file), or another file is named.
+    assert spec_problems(data, named, {"x_table": "defaults/main.yml"}) != []
+    assert spec_problems(data, named, {"x_table": "defaults/main/other.yml"}) != []
+    assert spec_problems(data, named) != []
+
+
+def test_stack_spec_names_each_data_file():
+    role = REPO / "roles" / "stack"
+    found = load_defaults_with_files(role)
+    options = load_entry_points(role)["main"]["options"]
+    without_default = {name for name, spec in options.items() if "default" not in spec}
+    assert without_default == {"stack_artifacts", "stack_gpu_profiles", "stack_gpu_cards", "stack_model_architectures"}
+    for name in without_default:
+        assert data_file_named(options[name], found[name][1]), name
+
+
 def test_another_entry_point_needs_defaults_or_required():
     spec = dict(GOOD_SPEC, extra={"options": {"x_other": {"type": "str", "description": "Only here."}}})
     assert spec_problems(GOOD_DEFAULTS, spec) == [
@@ -239,7 +294,7 @@ def run_layer_specs(tmp_path: Path, extra_vars: dict[str, Any], roles: list[str]
     play = {
         "hosts": "localhost",
         "gather_facts": False,
-        "vars_files": [str(REPO / "roles" / name / "defaults" / "main.yml") for name in roles],
+        "vars_files": [str(path) for name in ["stack", *roles] for path in defaults_files(REPO / "roles" / name)],
         "tasks": [
             {
                 "name": "Choose the profile, as preflight does",

@@ -14,7 +14,7 @@ _spec = importlib.util.spec_from_file_location("rollout_filters", REPO / "filter
 rollout = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rollout)
 
-GROUP_VARS = REPO / "group_vars" / "all"
+GROUP_VARS = REPO / "roles" / "stack" / "defaults" / "main"
 MODELS = yaml.safe_load((GROUP_VARS / "model_architectures.yml").read_text())["stack_model_architectures"]
 GPU_DATA = yaml.safe_load((GROUP_VARS / "gpu_profiles.yml").read_text())
 PASCAL = GPU_DATA["stack_gpu_profiles"]["pascal"]

@@ -24,7 +24,7 @@ from stack import (  # noqa: E402
     url_without_credentials,
 )
 
-MANIFEST = yaml.safe_load((REPO / "group_vars/all/artifacts.yml").read_text())["stack_artifacts"]
+MANIFEST = yaml.safe_load((REPO / "roles/stack/defaults/main/artifacts.yml").read_text())["stack_artifacts"]
 
 
 def test_manifest_entries_are_complete():

@@ -21,10 +21,12 @@ RESULTS = REPO / "tests" / "gpu" / "results"
 LOG = RESULTS / "memory-24gib-computed-train.log"
 # The same proof with the former fixed micro-batch of 16.
 LOG_16 = RESULTS / "memory-24gib-train.log"
-QWEN05B = yaml.safe_load((REPO / "group_vars" / "all" / "model_architectures.yml").read_text())[
+QWEN05B = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml").read_text())[
     "stack_model_architectures"
 ]["Qwen2.5-0.5B-Instruct"]
-CARDS = yaml.safe_load((REPO / "group_vars" / "all" / "gpu_profiles.yml").read_text())["stack_gpu_cards"]
+CARDS = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "gpu_profiles.yml").read_text())[
+    "stack_gpu_cards"
+]
 # verl 0.4.1's peak for an H200 (verl/utils/flops_counter.py), which its perf/mfu/* divide by.
 VERL_H200_TFLOPS = 989
 
