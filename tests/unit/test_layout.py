@@ -92,6 +92,18 @@ def test_every_layer_role_has_the_standard_files():
         assert "layer_state:" in tasks, name + " does not record its state"
 
 
+def test_every_layer_reads_its_state_in_main_and_works_in_layer_yml():
+    # The one shape (docs/adding-a-layer.md): tasks/main.yml asks layer_state, and the work is one
+    # include_tasks of tasks/layer.yml, which a no-op run skips as one task. Preflight has no work to skip.
+    layers = yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]
+    for name in [layer for layer in layers if layer != "preflight"]:
+        main = yaml.safe_load((REPO / "roles" / name / "tasks" / "main.yml").read_text())
+        queries = [task for task in main if "layer_state" in task and task["layer_state"].get("state") is None]
+        includes = [task for task in main if (task.get("ansible.builtin.include_tasks") == "layer.yml")]
+        assert queries and (REPO / "roles" / name / "tasks" / "layer.yml").is_file(), name
+        assert len(includes) == 1 and "when" in includes[0], name
+
+
 def test_every_layer_role_answers_to_the_verify_tag():
     """--tags verify must reach every layer's role (its layer_state query reads the request)."""
     layers = set(yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]) - {
