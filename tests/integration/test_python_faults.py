@@ -136,6 +136,28 @@ def test_an_index_credential_stays_out_of_the_host_and_the_output(host):
     assert run.returncode == 0, run.output[-3000:]
 
 
+def test_a_new_pip_index_reaches_the_env_on_a_rerun(host):
+    """The env's pip.conf follows stack_pip_index_url on a run that has nothing else to do, without
+    reinstalling Miniforge or the env (the mirrors are not build inputs); the old value comes back the
+    same way, and a rerun after that changes nothing."""
+    before = host.state("conda")
+    index = "http://127.0.0.1:9/simple-" + uuid.uuid4().hex[:8]
+    run = host.play("--tags", "conda", stack_pip_index_url=index)
+    assert run.returncode == 0, run.output[-3000:]
+    assert index in host.sh("cat %s/pip.conf" % ENV).stdout
+    changed = host.state("conda")
+    assert (
+        changed["fingerprint"] == before["fingerprint"] and changed["details"]["config"] != before["details"]["config"]
+    )
+    run = host.play("--tags", "conda")
+    assert run.returncode == 0, run.output[-3000:]
+    assert index not in host.sh("cat %s/pip.conf" % ENV).stdout
+    assert host.state("conda")["details"]["config"] == before["details"]["config"]
+    run = host.play("--tags", "conda")
+    assert run.returncode == 0 and "changed=0" in run.output, run.output[-3000:]
+    assert "Write .condarc" not in run.output
+
+
 def test_torch_then_a_failing_apex_build(host):
     run = host.play("--tags", "torch")
     assert run.returncode == 0, run.output[-3000:]
