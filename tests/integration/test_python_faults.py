@@ -139,12 +139,18 @@ def test_an_index_credential_stays_out_of_the_host_and_the_output(host):
 def test_a_new_pip_index_reaches_the_env_on_a_rerun(host):
     """The env's pip.conf follows stack_pip_index_url on a run that has nothing else to do, without
     reinstalling Miniforge or the env (the mirrors are not build inputs); the old value comes back the
-    same way, and a rerun after that changes nothing."""
+    same way, and a rerun after that changes nothing. The URL may carry a token: only pip.conf (0600,
+    the training user's) holds it, not the output of a --diff run, nor the record."""
     before = host.state("conda")
-    index = "http://127.0.0.1:9/simple-" + uuid.uuid4().hex[:8]
-    run = host.play("--tags", "conda", stack_pip_index_url=index)
+    secret = "s3cret-" + uuid.uuid4().hex[:12]
+    index = "http://ci:%s@127.0.0.1:9/simple" % secret
+    run = host.play("--tags", "conda", "--diff", stack_pip_index_url=index)
     assert run.returncode == 0, run.output[-3000:]
+    assert secret not in run.output
     assert index in host.sh("cat %s/pip.conf" % ENV).stdout
+    assert host.sh("stat -c %%a:%%U %s/pip.conf" % ENV).stdout.strip() == "600:verl"
+    kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl /tmp /var/tmp || true" % secret)
+    assert kept.stdout.split() == []
     changed = host.state("conda")
     assert (
         changed["fingerprint"] == before["fingerprint"] and changed["details"]["config"] != before["details"]["config"]
