@@ -18,8 +18,8 @@ is still being written. It prints:
 - with the model's config.json: model FLOP/s per phase and per step, and,
   with the card's peak (--peak-tflops), how close that is to the card's
   limit. verl 0.4.1 reports perf/mfu/* as 0 for any card its table lacks,
-  a P40 among them; the peaks per card are in stack_gpu_cards (roles/stack/defaults/main/gpu_profiles.yml)
-  (stack_gpu_cards), and train.sh passes the host's.
+  a P40 among them; the peaks per card are in stack_gpu_cards
+  (roles/stack/defaults/main/gpu_profiles.yml), and train.sh passes the host's.
 
 Model FLOPs are counted as verl's flops_counter counts them for Qwen2/Llama:
 2 x (dense parameters, embedding and LM head included) per token plus
