@@ -81,6 +81,16 @@ options:
     description: Extra facts to keep in the state file (O(state=present)).
     type: dict
     default: {}
+  update_details:
+    description:
+      - With O(state=present) and O(built=false) (nothing was built, the inputs are the recorded
+        ones), record O(details) in place of the recorded details. Without it a confirm keeps the
+        record as it was, details included. The fingerprint and build time stay either way, so
+        no layer that requires this one rebuilds.
+      - For settings a layer applies without a rebuild (the mirrors the conda layer writes into
+        its config files), whose digest in the details says what the files were written with.
+    type: bool
+    default: false
   run:
     description:
       - The identity of the run (the host lock's run id). O(state=building) records it; O(state=present)
@@ -501,6 +511,7 @@ def main() -> None:
             version=dict(type="str", default=""),
             built=dict(type="bool", default=True),
             details=dict(type="dict", default={}),
+            update_details=dict(type="bool", default=False),
             run=dict(type="str", default=""),
             step=dict(type="str", default=""),
             verify=dict(type="raw", default=""),
@@ -620,6 +631,8 @@ def main() -> None:
                 "built_at": when,
             }
         )
+        if unchanged and p["update_details"]:
+            record["details"] = json.loads(json.dumps(p["details"], sort_keys=True))
         record["files"] = file_facts(files)
         result["changed"] = record != previous
         result["fingerprint"] = record["fingerprint"]

@@ -187,6 +187,24 @@ def test_recorded_files_decide_a_rerun(tmp_path):
     assert module(tmp_path, **args)["changed_files"] == [str(marker)]
 
 
+def test_a_confirm_keeps_the_details_unless_told_to_update_them(tmp_path):
+    args = dict(name="cuda", inputs={"v": 1})
+    built = module(tmp_path, state="present", version="24.11", details={"config": "a"}, **args)
+    kept = module(tmp_path, state="present", version="24.11", built=False, details={"config": "b"}, **args)
+    assert not kept["changed"] and kept["fingerprint"] == built["fingerprint"]
+    assert module(tmp_path, **args)["previous"]["details"] == {"config": "a"}
+    updated = module(
+        tmp_path, state="present", version="24.11", built=False, details={"config": "b"}, update_details=True, **args
+    )
+    assert updated["changed"] and updated["fingerprint"] == built["fingerprint"]
+    record = module(tmp_path, **args)["previous"]
+    assert record["details"] == {"config": "b"} and record["built_at"]
+    again = module(
+        tmp_path, state="present", version="24.11", built=False, details={"config": "b"}, update_details=True, **args
+    )
+    assert not again["changed"]
+
+
 def test_a_record_without_files_is_probed_once(tmp_path):
     module(tmp_path, state="present", name="cuda", inputs={"v": 1})
     record = json.loads((tmp_path / "layers/cuda.json").read_text())
