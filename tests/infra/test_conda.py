@@ -31,6 +31,12 @@ def test_condarc_uses_conda_forge_only(host, stack):
     assert "defaults" not in condarc
 
 
+def test_condarc_is_the_training_users_only(host, stack):
+    """A conda-forge mirror URL in it may carry credentials, and only that user runs conda."""
+    condarc = host.file(stack["stack_conda_prefix"] + "/.condarc")
+    assert (condarc.mode, condarc.user) == (0o600, stack["stack_user"])
+
+
 def test_pip_conf_applies_the_constraints(host, stack):
     pip_conf = host.file(stack["stack_env_prefix"] + "/pip.conf").content_string
     assert "constraint = %s/constraints.txt" % stack["stack_env_prefix"] in pip_conf
