@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote, unquote
 
 from ansible.errors import AnsibleFilterError
 
@@ -76,7 +77,8 @@ def pip_check_problems(result: dict[str, Any], allowed: list[str] | None = None)
 
 
 # scheme://userinfo@host...: the userinfo (a user and a password or token) is what to hide.
-_URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
+# The userinfo runs to the authority's last "@" (a password may hold an unencoded "@"; the host cannot).
+_URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
 
 
 def url_redacted(url: Any) -> str:
@@ -100,7 +102,7 @@ def git_credential_line(url: Any) -> str:
     git asks its helpers when the server answers 401; the store file matches on scheme and
     host, so the repository's path is left out.
     """
-    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/@]*)@([^/?#]*)", str(url or ""))
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)@([^/?#@]*)", str(url or ""))
     if not match or not match.group(3):
         return ""
     scheme, userinfo, host = match.groups()
@@ -109,6 +111,9 @@ def git_credential_line(url: Any) -> str:
             "a %s:// URL cannot carry credentials for git here (only http and https ones can); "
             "use an SSH key or a URL without them" % scheme
         )
+    # The store file is URL-encoded (git decodes each part): a raw "@" or ":" in a password is encoded,
+    # an already encoded one stays as it is.
+    userinfo = ":".join(quote(unquote(part), safe="") for part in userinfo.split(":", 1))
     return "%s://%s@%s" % (scheme.lower(), userinfo, host)
 
 

@@ -154,6 +154,9 @@ def test_pip_check_of_a_real_env(tmp_path):
         ("https://ci:s3cret@mirror.example/simple", "https://***@mirror.example/simple"),
         ("https://__token__:pypi-AgEI@mirror.example:8443/simple/", "https://***@mirror.example:8443/simple/"),
         ("https://tok@mirror.example/whl/cu118", "https://***@mirror.example/whl/cu118"),
+        # an "@" in the password, unencoded: all of it is hidden, up to the host
+        ("https://ci:p@ss@mirror.example/simple", "https://***@mirror.example/simple"),
+        ("https://ci:p@ss@mirror.example?x=a@b", "https://***@mirror.example?x=a@b"),
         # no credentials: unchanged, an @ later in the path included
         ("https://mirror.example/whl/cu118", "https://mirror.example/whl/cu118"),
         ("https://mirror.example/a@b", "https://mirror.example/a@b"),
@@ -170,6 +173,9 @@ def test_url_redacted(url, shown):
     [
         ("https://ci:s3cret@git.example/verl.git", "https://git.example/verl.git", "https://ci:s3cret@git.example"),
         ("HTTP://tok@127.0.0.1:8080/a/b.git", "HTTP://127.0.0.1:8080/a/b.git", "http://tok@127.0.0.1:8080"),
+        # git's store is URL-encoded: a raw "@" is encoded, an encoded one stays
+        ("https://ci:p@ss@git.example/verl.git", "https://git.example/verl.git", "https://ci:p%40ss@git.example"),
+        ("https://ci:p%40ss@git.example/verl.git", "https://git.example/verl.git", "https://ci:p%40ss@git.example"),
         # none: the URL as it is, and no line for git's store
         ("https://git.example/a@b.git", "https://git.example/a@b.git", ""),
         ("https://git.example/verl.git", "https://git.example/verl.git", ""),
