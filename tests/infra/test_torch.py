@@ -24,6 +24,23 @@ def test_constraints_pin_every_package(host, stack):
         assert package in pins
 
 
+def test_torch_is_the_wheel_its_sha256_pins(host, stack):
+    """With a sha256 known for the torch pin on the env's Python, pip installed the file it had
+    downloaded with --require-hashes (direct_url.json names it); without one, torch came from the
+    index (no direct_url.json). The download directory is gone either way."""
+    pin = next(p for p in stack["torch_packages"] if p.startswith("torch=="))
+    known = (stack["torch_wheel_sha256"].get(pin) or {}).get(str(stack["conda_python_version"]))
+    wheel_dir = stack["stack_env_prefix"] + "/torch-wheel"
+    found = host.run("cat %s/torch-*.dist-info/direct_url.json" % stack["stack_env_site_packages"])
+    if known:
+        assert found.rc == 0, "torch has no direct_url.json: it was not installed from the verified wheel"
+        url = json.loads(found.stdout)["url"]
+        assert url.startswith("file://" + wheel_dir + "/torch-") and url.endswith(".whl"), url
+    else:
+        assert found.rc != 0, found.stdout
+    assert not host.file(wheel_dir).exists
+
+
 def test_a_later_pip_install_cannot_replace_torch(host, stack):
     with host.sudo(stack["stack_user"]):
         result = host.run(stack["stack_env_prefix"] + "/bin/python -m pip install --dry-run --no-deps torch==2.5.1")

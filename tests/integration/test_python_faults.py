@@ -112,6 +112,22 @@ def test_a_refused_pin_keeps_the_installed_torch_pinned(host):
     assert host.state("torch")["status"] == "complete"
 
 
+def test_a_torch_wheel_under_another_sha256_is_refused(host):
+    """The index serves torch's wheel, but not under the pinned sha256: pip refuses it before the
+    layer is marked building, and the installed torch, its record and the env stay as they were."""
+    run = host.play("--tags", "torch")
+    assert run.returncode == 0, run.output[-3000:]
+    before = host.state("torch")
+    wrong = "0" * 64
+    run = host.play("--tags", "torch", rebuild="torch", torch_wheel_sha256={"torch==2.6.0": {"3.11": wrong}})
+    assert run.returncode != 0
+    assert "whose sha256 is not %s (torch_wheel_sha256): pip refused it" % wrong in " ".join(run.output.split())
+    assert host.state("torch") == before
+    for left in ("/torch-wheel", "/torch-wheel.txt", "/pip-torch-index.conf", "/constraints.next.txt"):
+        assert not host.exists(ENV + left), left
+    assert host.python("import json, torch; print(json.dumps(torch.__version__))") == "2.6.0+cu124"
+
+
 def test_an_index_credential_stays_out_of_the_host_and_the_output(host):
     """A private torch index's URL may carry a token: pip reads it from a 0600 file that the
     install removes, the record and the messages show the URL without it, nothing the run
@@ -139,16 +155,20 @@ def test_an_index_credential_stays_out_of_the_host_and_the_output(host):
 def test_a_new_pip_index_reaches_the_env_on_a_rerun(host):
     """The env's pip.conf follows stack_pip_index_url on a run that has nothing else to do, without
     reinstalling Miniforge or the env (the mirrors are not build inputs); the old value comes back the
-    same way, and a rerun after that changes nothing. The URL may carry a token: only pip.conf (0600,
-    the training user's) holds it, not the output of a --diff run, nor the record."""
+    same way, and a rerun after that changes nothing. The URLs (pip's index, conda-forge's mirror) may
+    carry a token: only pip.conf and .condarc (0600, the training user's) hold it, not the output of a
+    --diff run, nor the record."""
     before = host.state("conda")
     secret = "s3cret-" + uuid.uuid4().hex[:12]
     index = "http://ci:%s@127.0.0.1:9/simple" % secret
-    run = host.play("--tags", "conda", "--diff", stack_pip_index_url=index)
+    channel_mirror = "https://ci:%s@127.0.0.1:9/conda" % secret
+    run = host.play("--tags", "conda", "--diff", stack_pip_index_url=index, stack_conda_forge_mirror=channel_mirror)
     assert run.returncode == 0, run.output[-3000:]
     assert secret not in run.output
     assert index in host.sh("cat %s/pip.conf" % ENV).stdout
-    assert host.sh("stat -c %%a:%%U %s/pip.conf" % ENV).stdout.strip() == "600:verl"
+    assert channel_mirror in host.sh("cat /opt/miniforge3/.condarc").stdout
+    for written in (ENV + "/pip.conf", "/opt/miniforge3/.condarc"):
+        assert host.sh("stat -c %%a:%%U %s" % written).stdout.strip() == "600:verl", written
     kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl /tmp /var/tmp || true" % secret)
     assert kept.stdout.split() == []
     changed = host.state("conda")
@@ -158,6 +178,7 @@ def test_a_new_pip_index_reaches_the_env_on_a_rerun(host):
     run = host.play("--tags", "conda")
     assert run.returncode == 0, run.output[-3000:]
     assert index not in host.sh("cat %s/pip.conf" % ENV).stdout
+    assert secret not in host.sh("cat /opt/miniforge3/.condarc").stdout
     assert host.state("conda")["details"]["config"] == before["details"]["config"]
     run = host.play("--tags", "conda")
     assert run.returncode == 0 and "changed=0" in run.output, run.output[-3000:]
