@@ -1,0 +1,137 @@
+"""The checks of a Ray cluster of hosts (an inventory group such as ``verl_cluster``).
+
+verl attaches to a running Ray cluster and places every node's workers with ``STRICT_PACK``:
+it needs one ``n_gpus_per_node`` on every node, and every node must run the same verl, patched
+the same way. These filters say which host is the head, and what keeps a group from being one
+cluster, each message naming the host and what to change:
+
+- ``ray_head``: the host marked ``ray_head: true``, else the group's first host;
+- ``cluster_gpu_problems``: hosts that would offer different GPU counts;
+- ``cluster_patch_problems``: hosts whose verl patch record (``.verl_p40_patch/record.json``)
+  differs from the head's, by the checksums of the patched files;
+- ``ray_cluster_problems``: what the head's ``ray.nodes()`` lacks: a host with no live node at
+  its address (with the ports to check), or a node with another GPU count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+
+def ray_head(group: list[str], hostvars: Any) -> str:
+    """The head of the group: the one host that sets ``ray_head: true``, else the first host."""
+    hosts = list(group or [])
+    if not hosts:
+        raise AnsibleFilterError("the Ray cluster's inventory group has no hosts")
+    marked = [host for host in hosts if _true((hostvars[host] if host in hostvars else {}).get("ray_head", False))]
+    if len(marked) > 1:
+        raise AnsibleFilterError(
+            "hosts %s all set ray_head: true; mark one host of the group as the head" % ", ".join(marked)
+        )
+    return marked[0] if marked else hosts[0]
+
+
+def _true(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
+def cluster_gpu_problems(gpus: dict[str, Any]) -> list[str]:
+    """Hosts of the group whose GPU counts differ (``{host: count}``); empty when all are equal."""
+    counts = {host: int(count) for host, count in (gpus or {}).items()}
+    if len(set(counts.values())) <= 1:
+        return []
+    smallest = min(counts.values())
+    listed = ", ".join("%s: %d" % (host, count) for host, count in sorted(counts.items()))
+    if smallest < 1:
+        return ["hosts offer no GPU to the cluster (%s): every node needs one at least" % listed]
+    return [
+        "the hosts offer different GPU counts (%s); verl places each node's workers with STRICT_PACK and needs the "
+        "same n_gpus_per_node on every node: set train_gpus on the larger hosts to pick %d GPUs each"
+        % (listed, smallest)
+    ]
+
+
+def _patched(record: Any) -> dict[str, Any]:
+    record = record or {}
+    return {
+        "verl_version": record.get("verl_version"),
+        "fixes": sorted(record.get("fixes") or []),
+        "files": {rel: entry.get("patched_sha256") for rel, entry in sorted((record.get("files") or {}).items())},
+    }
+
+
+def cluster_patch_problems(records: dict[str, Any], head: str) -> list[str]:
+    """Hosts whose verl patch record differs from the head's (verl's version, the fixes, each
+    patched file's sha256); a host without a record counts as different."""
+    if head not in (records or {}):
+        raise AnsibleFilterError("no verl patch record of the head %s was given" % head)
+    want = _patched(records[head])
+    problems = []
+    for host, record in sorted(records.items()):
+        if host == head:
+            continue
+        if not record:
+            problems.append("%s has no verl patch record: build its verl and patch layers (--tags verl,patch)" % host)
+            continue
+        have = _patched(record)
+        if have == want:
+            continue
+        differ = sorted(key for key in want if want[key] != have[key])
+        files = sorted(
+            rel for rel in set(want["files"]) | set(have["files"]) if want["files"].get(rel) != have["files"].get(rel)
+        )
+        problems.append(
+            "%s runs another verl than the head %s (%s differ%s): every node must run the same pins and patch; "
+            "run the playbook on the whole group with the same variables"
+            % (host, head, ", ".join(differ), (": " + ", ".join(files)) if files else "")
+        )
+    return problems
+
+
+def ray_cluster_problems(
+    nodes: list[dict[str, Any]], expected: dict[str, dict[str, Any]], ports: str = ""
+) -> list[str]:
+    """What keeps the cluster the head sees (``ray.nodes()``) from being the group.
+
+    expected: ``{host: {"ip": address, "gpus": count}}``. A host with no live node at its
+    address is missing (the message names the ports to check); a live node at a host's address
+    with another GPU count is refused.
+    """
+    alive: dict[str, dict[str, Any]] = {}
+    for node in nodes or []:
+        if node.get("Alive", node.get("alive", False)):
+            alive[str(node.get("NodeManagerAddress", ""))] = node
+    problems = []
+    missing = []
+    for host, want in sorted((expected or {}).items()):
+        node = alive.get(str(want.get("ip", "")))
+        if node is None:
+            missing.append("%s (%s)" % (host, want.get("ip", "?")))
+            continue
+        gpus = float((node.get("Resources") or {}).get("GPU", 0))
+        if int(gpus) != int(want.get("gpus", 0)):
+            problems.append(
+                "node %s (%s) offers %g GPUs to Ray, not the %d preflight found"
+                % (host, want["ip"], gpus, want["gpus"])
+            )
+    if missing:
+        problems.insert(
+            0,
+            "not in the cluster: %s%s"
+            % (", ".join(missing), ("; check that these ports are open: " + ports) if ports else ""),
+        )
+    return problems
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "ray_head": ray_head,
+            "cluster_gpu_problems": cluster_gpu_problems,
+            "cluster_patch_problems": cluster_patch_problems,
+            "ray_cluster_problems": ray_cluster_problems,
+        }
