@@ -10,11 +10,14 @@ cluster, each message naming the host and what to change:
 - ``cluster_patch_problems``: hosts whose verl patch record (``.verl_p40_patch/record.json``)
   differs from the head's, by the checksums of the patched files;
 - ``ray_cluster_problems``: what the head's ``ray.nodes()`` lacks: a host with no live node at
-  its address (with the ports to check), or a node with another GPU count.
+  its address (with the ports to check), or a node with another GPU count;
+- ``systemd_environment`` and ``systemd_exec``: the Ray units' ``Environment=`` values and
+  ``ExecStart=`` command line, quoted so that systemd hands over each value exactly.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -127,6 +130,38 @@ def ray_cluster_problems(
     return problems
 
 
+def _systemd_quoted(value: Any, where: str, exec_line: bool) -> str:
+    text = str(value)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise AnsibleFilterError(
+            "%s holds a control character (a newline?): a systemd unit line cannot carry it" % where
+        )
+    # Inside double quotes systemd reads C escapes; % starts a specifier, and on a command line $ a variable.
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    if exec_line:
+        text = text.replace("$", "$$")
+    return '"%s"' % text
+
+
+def systemd_environment(env: dict[str, Any], variable: str = "the environment") -> list[str]:
+    """One quoted ``NAME=value`` per variable, for ``Environment=`` lines; names must be shell names."""
+    lines = []
+    for name, value in (env or {}).items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise AnsibleFilterError("%s: %r is not an environment variable name" % (variable, name))
+        if value is None or isinstance(value, (dict, list, tuple, set)):
+            raise AnsibleFilterError("%s.%s is %r; give a string or a number" % (variable, name, value))
+        lines.append(_systemd_quoted("%s=%s" % (name, value), "%s.%s" % (variable, name), exec_line=False))
+    return lines
+
+
+def systemd_exec(argv: list[Any]) -> str:
+    """An ``ExecStart=`` command line: every argument quoted, ``%`` and ``$`` kept literal."""
+    if not argv:
+        raise AnsibleFilterError("an ExecStart= command line needs a program")
+    return " ".join(_systemd_quoted(arg, "argument %d of ExecStart" % n, exec_line=True) for n, arg in enumerate(argv))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -134,4 +169,6 @@ class FilterModule:
             "cluster_gpu_problems": cluster_gpu_problems,
             "cluster_patch_problems": cluster_patch_problems,
             "ray_cluster_problems": ray_cluster_problems,
+            "systemd_environment": systemd_environment,
+            "systemd_exec": systemd_exec,
         }

@@ -72,3 +72,40 @@ def test_a_missing_or_dead_node_is_named_with_the_ports():
 def test_a_node_with_another_gpu_count_is_refused():
     (problem,) = ray_cluster_problems([node("10.0.0.1", 2), node("10.0.0.2", 1)], EXPECTED)
     assert problem == "node worker (10.0.0.2) offers 1 GPUs to Ray, not the 2 preflight found"
+
+
+def test_unit_environment_lines_keep_each_value_exactly():
+    from filter_plugins.cluster import systemd_environment
+
+    assert systemd_environment({"TORCHDYNAMO_DISABLE": 1, "NCCL_SOCKET_IFNAME": "eth0"}) == [
+        '"TORCHDYNAMO_DISABLE=1"',
+        '"NCCL_SOCKET_IFNAME=eth0"',
+    ]
+    # A space, a quote, a backslash and a specifier stay literal; $ is not expanded in Environment=.
+    assert systemd_environment({"X": 'a "b" \\c 100% $HOME'}) == ['"X=a \\"b\\" \\\\c 100%% $HOME"']
+
+
+@pytest.mark.parametrize(
+    "env, match",
+    [
+        ({"X=1 Y": "v"}, "not an environment variable name"),
+        ({"X": "a\nExecStartPre=/bin/sh -c id"}, "control character"),
+        ({"X": None}, "give a string or a number"),
+    ],
+)
+def test_unit_environment_refuses_what_would_change_the_unit(env, match):
+    from filter_plugins.cluster import systemd_environment
+
+    with pytest.raises(AnsibleFilterError, match=match):
+        systemd_environment(env, "ray_extra_env")
+
+
+def test_unit_command_lines_quote_every_argument():
+    from filter_plugins.cluster import systemd_exec
+
+    assert systemd_exec(["/opt/env/bin/ray", "start", "--block", "--node-ip-address=10.0.0.1"]) == (
+        '"/opt/env/bin/ray" "start" "--block" "--node-ip-address=10.0.0.1"'
+    )
+    assert systemd_exec(["/bin/echo", "$HOME 50%"]) == '"/bin/echo" "$$HOME 50%%"'
+    with pytest.raises(AnsibleFilterError, match="needs a program"):
+        systemd_exec([])
