@@ -77,7 +77,8 @@ def cluster_patch_problems(records: dict[str, Any], head: str) -> list[str]:
     for host, record in sorted(records.items()):
         if host == head:
             continue
-        if not record:
+        # No fixes for the profile leave no record: a node without one matches a head without one.
+        if not record and records[head]:
             problems.append("%s has no verl patch record: build its verl and patch layers (--tags verl,patch)" % host)
             continue
         have = _patched(record)

@@ -39,6 +39,10 @@ RECORD = {
 def test_the_same_patch_everywhere_passes():
     other = dict(RECORD, fixes=list(reversed(RECORD["fixes"])), applied="another time")
     assert cluster_patch_problems({"a": RECORD, "b": other}, "a") == []
+    # A profile without fixes leaves no record anywhere: the nodes agree.
+    assert cluster_patch_problems({"a": {}, "b": {}}, "a") == []
+    (problem,) = cluster_patch_problems({"a": {}, "b": RECORD}, "a")
+    assert problem.startswith("b runs another verl than the head a (files, fixes, verl_version differ")
 
 
 def test_a_node_patched_otherwise_or_not_at_all_is_named():
