@@ -44,17 +44,22 @@ class StackVars:
             data.update(self._load(defaults))
         inventory = os.environ.get("STACK_INVENTORY", str(ROOT / "inventory" / "hosts.yml"))
         manager = InventoryManager(self.loader, sources=[inventory])
+        # The host's place in the inventory (the Ray cluster's values read it); alone when it is not there.
+        data.update(inventory_hostname=hostname, groups={"all": [hostname]}, hostvars={})
         if manager.get_host(hostname) is not None:
-            host_vars = VariableManager(loader=self.loader, inventory=manager).get_vars(
-                host=manager.get_host(hostname), include_hostvars=False
-            )
-            data.update(
-                {
+            variables = VariableManager(loader=self.loader, inventory=manager)
+
+            def own(name: str) -> dict[str, Any]:
+                found = variables.get_vars(host=manager.get_host(name), include_hostvars=False)
+                return {
                     k: v
-                    for k, v in host_vars.items()
+                    for k, v in found.items()
                     if not k.startswith("ansible_") and k not in ("inventory_hostname", "groups", "group_names", "omit")
                 }
-            )
+
+            data.update(own(hostname))
+            data["groups"] = manager.get_groups_dict()
+            data["hostvars"] = {name: own(name) for name in manager.hosts}
         for extra in filter(None, os.environ.get("STACK_VARS_FILES", "").split(",")):
             data.update(self._load(Path(extra.strip())))
         self.data = data

@@ -1,0 +1,147 @@
+"""The ray layer: the hosts of stack_ray_group are one Ray cluster, a systemd unit per node.
+
+A host outside the group (the default scenario's) has no ray layer. The cluster scenario
+(molecule/cluster) runs this module on each node, one node at a time, the head first: there
+it submits a task to every node, restarts each worker's unit and then its own, and each time
+waits for the cluster to be whole again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import testinfra
+
+# Every live node, as the head's Ray sees it (run as the training user, who runs the units).
+NODES = r"""
+import json, ray
+ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+print(json.dumps([{"id": n["NodeID"], "host": n["NodeManagerHostname"], "ip": n["NodeManagerAddress"],
+                   "gpus": n["Resources"].get("GPU", 0)} for n in ray.nodes() if n["Alive"]]))
+"""
+# A task pinned to each live node, which says where it ran.
+WHERE = r"""
+import json, socket, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+@ray.remote(num_cpus=0)
+def where():
+    return socket.gethostname()
+nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+print(json.dumps({node: ray.get(where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(),
+                                timeout=120) for node in nodes}))
+"""
+
+
+def part(stack) -> str:
+    if not stack["__stack_ray_member"]:
+        return ""
+    return "head" if stack["inventory_hostname"] == stack["__stack_ray_head"] else "worker"
+
+
+def as_user(host, stack, code: str):
+    return host.run(
+        "runuser -u %s -- %s/bin/python -c %s" % (stack["stack_user"], stack["stack_env_prefix"], _quote(code))
+    )
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def live_nodes(host, stack) -> list[dict]:
+    done = as_user(host, stack, NODES)
+    assert done.rc == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def wait_for_cluster(host, stack, timeout: float, replaced: set[str] = frozenset()) -> list[dict]:
+    """Wait until every host of the group is a live node again (none of the node ids in replaced)."""
+    want = sorted(stack["__stack_ray_hosts"])
+    deadline = time.monotonic() + timeout
+    seen: list[dict] = []
+    while time.monotonic() < deadline:
+        done = as_user(host, stack, NODES)
+        if done.rc == 0:
+            seen = json.loads(done.stdout.strip().splitlines()[-1])
+            if sorted(n["host"] for n in seen) == want and not {n["id"] for n in seen} & set(replaced):
+                return seen
+        time.sleep(3)
+    raise AssertionError("after %.0f s the cluster has %s, not every host of %s" % (timeout, seen, want))
+
+
+def other_host(host, name: str):
+    return testinfra.get_host("%s://%s" % (host.backend.NAME, name))
+
+
+def test_the_layer_is_where_the_group_puts_it(host, stack):
+    state_file = host.file(stack["stack_state_dir"] + "/ray.json")
+    units = {kind: host.file("/etc/systemd/system/verl-ray-%s.service" % kind) for kind in ("head", "worker")}
+    if not part(stack):
+        assert not state_file.exists and not any(unit.exists for unit in units.values())
+        return
+    state = json.loads(state_file.content_string)
+    assert state["status"] == "complete"
+    assert state["details"]["kind"] == part(stack) and state["details"]["head"] == stack["__stack_ray_head"]
+    assert state["details"]["nodes"] == len(stack["__stack_ray_hosts"])
+    unit = units[part(stack)]
+    assert unit.user == "root" and unit.group == "root" and unit.mode == 0o644
+    assert not units["worker" if part(stack) == "head" else "head"].exists
+
+
+def test_the_node_runs_as_the_training_user_with_the_launchers_environment(host, stack):
+    if not part(stack):
+        return
+    service = "verl-ray-%s.service" % part(stack)
+    assert host.service(service).is_running and host.service(service).is_enabled
+    pid = host.check_output("systemctl show -p MainPID --value %s" % service)
+    # The process is the training user's: root in a container may not read its environment.
+    assert host.file("/proc/%s" % pid).user == stack["stack_user"]
+    environ = dict(
+        line.split("=", 1)
+        for line in host.check_output(
+            "runuser -u %s -- cat /proc/%s/environ | tr '\\0' '\\n'" % (stack["stack_user"], pid)
+        ).splitlines()
+        if "=" in line
+    )
+    assert environ["PATH"].startswith(stack["stack_env_prefix"] + "/bin:")
+    assert environ["CUDA_HOME"] == stack["cuda_prefix"]
+    for name, value in (stack["preflight_profile"].get("env") or {}).items():
+        assert environ.get(name) == str(value), name
+    for name, value in (stack["ray_extra_env"] or {}).items():
+        assert environ.get(name) == str(value), name
+    interface = environ.get("NCCL_SOCKET_IFNAME")
+    assert interface and environ.get("GLOO_SOCKET_IFNAME") == interface
+
+
+def test_every_node_joined_and_runs_a_task_there(host, stack):
+    if part(stack) != "head":
+        return
+    nodes = live_nodes(host, stack)
+    assert sorted(n["host"] for n in nodes) == sorted(stack["__stack_ray_hosts"])
+    gpus = json.loads(host.file(stack["stack_state_dir"] + "/ray.json").content_string)["details"]["gpus"]
+    assert {n["gpus"] for n in nodes} == {gpus}
+    done = as_user(host, stack, WHERE)
+    assert done.rc == 0, done.stderr
+    ran = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {node["id"]: node["host"] for node in nodes} == ran
+
+
+def test_a_restarted_worker_rejoins(host, stack):
+    if part(stack) != "head":
+        return
+    for worker in [name for name in stack["__stack_ray_hosts"] if name != stack["__stack_ray_head"]]:
+        before = {n["id"] for n in live_nodes(host, stack) if n["host"] == worker}
+        other_host(host, worker).check_output("systemctl restart verl-ray-worker.service")
+        after = wait_for_cluster(host, stack, timeout=120, replaced=before)
+        assert [n for n in after if n["host"] == worker]
+
+
+def test_a_restarted_head_brings_the_cluster_back(host, stack):
+    if part(stack) != "head":
+        return
+    before = {n["id"] for n in live_nodes(host, stack)}
+    host.check_output("systemctl restart verl-ray-head.service")
+    # The workers give up on the old head (RAY_gcs_rpc_server_reconnect_timeout_s) and their units restart them.
+    wait_for_cluster(host, stack, timeout=240, replaced=before)
