@@ -189,6 +189,10 @@ def render(profile: str, out_dir: Path, extra_vars: dict[str, Any] | None = None
         raise ValueError("; ".join(problems))
     # preflight sets this fact in a play (roles/preflight/tasks/profile.yml).
     data.setdefault("preflight_profile", {**profiles[profile], "name": profile})
+    # What a play has of its inventory: one host, in no Ray cluster (stack_ray_group).
+    data.setdefault("inventory_hostname", "localhost")
+    data.setdefault("groups", {"all": [data["inventory_hostname"]]})
+    data.setdefault("hostvars", {})
     data.setdefault("ansible_managed", C.config.get_config_value("DEFAULT_MANAGED_STR"))
     templar = Templar(loader=loader, variables=data)
     # The names train.env exports, refused before anything is written (preflight does the same on a host).

@@ -267,6 +267,31 @@ def test_picked_gpus_and_peer_to_peer_reach_train_env(tmp_path: Path):
         assert "NCCL_P2P_DISABLE" not in env and "CUDA_VISIBLE_DEVICES" not in env
 
 
+def cluster_vars(me: str) -> dict:
+    """The inventory of a Ray cluster of two hosts, a and b (b marked as the head), seen from me."""
+    return {
+        "inventory_hostname": me,
+        "groups": {"all": ["a", "b", "c"], "verl_cluster": ["a", "b"]},
+        "hostvars": {"a": {}, "b": {"ray_head": True}, "c": {}},
+        "preflight_gpus": [P40],
+    }
+
+
+def test_the_ray_head_attaches_to_the_cluster_with_every_host(tmp_path: Path):
+    render.render("pascal", tmp_path / "head", cluster_vars("b"))
+    overrides = print_overrides(tmp_path / "head" / "train.sh")
+    assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=1" in overrides
+    assert "\nexport RAY_ADDRESS=auto\n" in (tmp_path / "head" / "train.env").read_text()
+    # A host outside the group, and a lone host, train alone.
+    for name, extra in (("outside", cluster_vars("c")), ("alone", {})):
+        render.render("pascal", tmp_path / name, extra)
+        assert "trainer.nnodes=1" in print_overrides(tmp_path / name / "train.sh")
+        assert "RAY_ADDRESS" not in (tmp_path / name / "train.env").read_text()
+    # The variable still wins.
+    render.render("pascal", tmp_path / "set", dict(cluster_vars("b"), train_nnodes=1))
+    assert "trainer.nnodes=1" in print_overrides(tmp_path / "set" / "train.sh")
+
+
 def test_a_recorded_nvidia_smi_output_sets_the_gpus(tmp_path: Path):
     # render.py --nvidia-smi: the launcher a host with that output gets (the two-GPU proof renders it).
     samples = REPO / "tests" / "unit" / "samples"
@@ -512,6 +537,31 @@ def test_train_runs_verl_in_the_env_and_logs(launcher: dict[str, Path]):
     assert re.fullmatch(r"train-\d{8}-\d{6}\.log", log.name)
     assert "step:1 - fake training output" in log.read_text()
     assert "step:1 - fake training output" in done.stdout
+
+
+def test_a_ray_worker_refuses_to_train_and_names_the_head(launcher: dict[str, Path]):
+    # The launcher fixture's stand-ins, rendered for host a, a worker of the cluster whose head is b.
+    out = launcher["script"].parent
+    env_text = (out / "train.env").read_text()
+    conda = re.search(r"^\. (\S+)/etc/profile\.d/conda\.sh$", env_text, re.M).group(1)
+    cuda = re.search(r"^\. (\S+cuda-env\.sh)$", env_text, re.M).group(1)
+    render.render(
+        "pascal",
+        out,
+        dict(
+            cluster_vars("a"),
+            train_conda_prefix=conda,
+            train_conda_env="p40-env",
+            train_cuda_env_script=cuda,
+            train_work_dir=str(launcher["work"]),
+        ),
+    )
+    done = run_launcher(launcher)
+    assert done.returncode == 2
+    assert "a is a worker of the Ray cluster verl_cluster; start training on its head, b" in done.stderr
+    assert not Path(str(launcher["record"]) + ".args").exists() and not launcher["logs"].exists()
+    # The dry run still works there.
+    assert run_launcher(launcher, "--dry-run").returncode == 0
 
 
 def test_train_exit_status_is_verl_s(launcher: dict[str, Path]):
