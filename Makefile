@@ -40,8 +40,10 @@ standins: setup  ## stand-ins for the downloads CI cannot reach (NVIDIA, conda-f
 	$(BIN)/python tests/fixtures/standins.py build --out $(STANDINS)
 	$(BIN)/python tests/fixtures/standins_python.py build --out $(PY_STANDINS)
 
-molecule: images standins  ## converge, idempotence, verify in containers (Debian 12: all layers; 11: system)
+molecule: images standins  ## converge, idempotence, verify in containers (Debian 12: all layers, then a Ray cluster of two; 11: system)
 	$(MIRROR) $(BIN)/molecule test -s default
+	$(MIRROR) $(BIN)/molecule test -s cluster
+	-podman rmi --force localhost/verl-p40-stack:12 >/dev/null
 	$(MIRROR) $(BIN)/molecule test -s bullseye
 
 integration: images standins  ## bad input and faults, against throwaway containers (one per test file, two at a time)
@@ -67,4 +69,5 @@ render: setup  ## the launcher a host with PROFILE would get, into OUT (no host 
 
 clean:  ## remove the scenario containers (caches stay)
 	-$(BIN)/molecule destroy -s default
+	-$(BIN)/molecule destroy -s cluster
 	-$(BIN)/molecule destroy -s bullseye
