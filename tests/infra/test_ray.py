@@ -3,13 +3,18 @@
 A host outside the group (the default scenario's) has no ray layer. The cluster scenario
 (molecule/cluster) runs this module on each node, one node at a time, the head first: there
 it submits a task to every node, restarts each worker's unit and then its own, and each time
-waits for the cluster to be whole again.
+waits for the cluster to be whole again; then it runs the ray layer on part of the group
+(refused), and with a worker whose Ray never starts (the timeout names it and the ports).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import testinfra
 
@@ -145,3 +150,65 @@ def test_a_restarted_head_brings_the_cluster_back(host, stack):
     host.check_output("systemctl restart verl-ray-head.service")
     # The workers give up on the old head (RAY_gcs_rpc_server_reconnect_timeout_s) and their units restart them.
     wait_for_cluster(host, stack, timeout=240, replaced=before)
+
+
+def play(*args: str):
+    """ansible-playbook site.yml against the inventory and vars files this module was given (molecule/cluster)."""
+    root = Path(__file__).resolve().parents[2]
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", os.environ["STACK_INVENTORY"]]
+    for extra in filter(None, os.environ.get("STACK_VARS_FILES", "").split(",")):
+        argv += ["-e", "@" + extra.strip()]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(root / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    done = subprocess.run(
+        [*argv, str(root / "site.yml"), *args], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+    return done.returncode, " ".join((done.stdout + done.stderr).split())
+
+
+def test_a_play_that_misses_a_node_is_refused(host, stack):
+    if part(stack) != "head":
+        return
+    worker = [name for name in stack["__stack_ray_hosts"] if name != stack["__stack_ray_head"]][0]
+    rc, output = play("--tags", "ray", "--limit", stack["__stack_ray_head"])
+    assert rc != 0
+    assert "this play does not reach %s (--limit?)" % worker in output
+
+
+def test_a_node_that_does_not_join_is_named_with_the_ports(host, stack):
+    if part(stack) != "head":
+        return
+    worker = [name for name in stack["__stack_ray_hosts"] if name != stack["__stack_ray_head"]][0]
+    node = other_host(host, worker)
+    before = {n["id"] for n in live_nodes(host, stack) if n["host"] == worker}
+    # The worker's unit runs, but its Ray never starts: a node the head cannot see.
+    dropin = "/etc/systemd/system/verl-ray-worker.service.d"
+    node.check_output(
+        "mkdir -p %s && printf '[Service]\\nExecStart=\\nExecStart=/bin/sleep infinity\\n' > %s/never.conf"
+        " && systemctl daemon-reload && systemctl restart verl-ray-worker.service" % (dropin, dropin)
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while any(n["host"] == worker for n in live_nodes(host, stack)):
+            assert time.monotonic() < deadline, "the head still lists %s 90 s after its Ray stopped" % worker
+            time.sleep(3)
+        rc, output = play("--tags", "ray", "-e", "verify=ray", "-e", "ray_join_timeout=10")
+        assert rc != 0
+        assert "is not complete after 10 s: not in the cluster: %s (" % worker in output, output[-3000:]
+        assert (
+            "check that these ports are open: %s/tcp (head), %s/tcp, %s/tcp"
+            % (
+                stack["stack_ray_port"],
+                stack["ray_node_manager_port"],
+                stack["ray_object_manager_port"],
+            )
+            in output
+        )
+    finally:
+        node.check_output("rm -r %s && systemctl daemon-reload" % dropin)
+    # The failed run left the layer building on every node: the next run rebuilds it and the cluster is whole.
+    rc, output = play("--tags", "ray")
+    assert rc == 0, output[-3000:]
+    for name in stack["__stack_ray_hosts"]:
+        state = json.loads(other_host(host, name).file(stack["stack_state_dir"] + "/ray.json").content_string)
+        assert state["status"] == "complete", name
+    wait_for_cluster(host, stack, timeout=60, replaced=before)
