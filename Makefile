@@ -46,8 +46,8 @@ molecule: images standins  ## converge, idempotence, verify in containers (Debia
 	-podman rmi --force localhost/verl-p40-stack:12 >/dev/null
 	$(MIRROR) $(BIN)/molecule test -s bullseye
 
-integration: images standins  ## bad input and faults, against throwaway containers (one per test file, two at a time)
-	$(MIRROR) $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests/integration
+integration: images standins  ## bad input and faults, against throwaway containers (one per worker; each xdist_group on one, two at a time)
+	$(MIRROR) $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25 tests/integration
 
 test: lint unit molecule integration  ## everything CI runs
 

@@ -1,8 +1,9 @@
 """Faults of the Python layers: clear messages, nothing half-installed, the next run recovers.
 
-Runs on a container of its own beside test_faults.py (make integration: -n 2 --dist
-loadfile), or after it on the same one; the CUDA layer Apex needs is built first if it
-is not there yet.
+make integration (-n 2 --dist loadgroup) runs the torch and Apex tests on a container of
+their own beside test_faults.py, and the verl group (VERL_GROUP) after test_faults.py on its
+container; alone, the file runs in order on one. The CUDA layer Apex needs is built first
+where it is not there yet, and the verl group builds conda, torch and Apex first.
 
 What these catch: a refused torch pin left in constraints.txt (later pip calls would be
 pinned to a torch that does not exist); a bad verl_version that deletes a working checkout
@@ -53,11 +54,27 @@ GIT_ARGV_LOG = "/tmp/git-argv.log"
 LOGGING_GIT = '#!/bin/sh\necho "$*" >> %s\nexec /usr/bin/git "$@"\n' % GIT_ARGV_LOG
 
 
+# make integration runs two workers (--dist loadgroup), each with a container of its own: this
+# module's verl, model and rerun tests (VERL_GROUP) run beside its torch and Apex tests, on the
+# worker that ran test_faults.py, in file order within each group.
+pytestmark = pytest.mark.xdist_group("python")
+VERL_GROUP = pytest.mark.xdist_group("verl")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def cuda_layer(host):
     """Apex builds against the CUDA layer: build it unless test_faults.py did on this container."""
     if host.state("cuda").get("status") != "complete":
         run = host.play("--tags", "cuda")
+        assert run.returncode == 0, run.output[-3000:]
+
+
+@pytest.fixture
+def python_layers(host):
+    """The verl group's tests start from built conda, torch and Apex layers (the other group's tests
+    build them on their own container)."""
+    if host.state("apex").get("status") != "complete":
+        run = host.play("--tags", "conda,torch,apex")
         assert run.returncode == 0, run.output[-3000:]
 
 
@@ -222,7 +239,8 @@ def working_verl(host) -> dict:
     return {"head": head, "import": host.python(VERL_PROBE)}
 
 
-def test_a_verl_tag_that_does_not_exist(host):
+@VERL_GROUP
+def test_a_verl_tag_that_does_not_exist(host, python_layers):
     run = host.play("--tags", "verl")
     assert run.returncode == 0, run.output[-3000:]
     state, working = host.state("verl"), working_verl(host)
@@ -239,7 +257,8 @@ def test_a_verl_tag_that_does_not_exist(host):
     assert not host.exists(VERL_DIR + ".staging")
 
 
-def test_a_verl_tag_at_another_commit(host):
+@VERL_GROUP
+def test_a_verl_tag_at_another_commit(host, python_layers):
     state, working = host.state("verl"), working_verl(host)
     run = host.play("--tags", "verl", verl_commit="0" * 40)
     assert run.returncode != 0
@@ -250,7 +269,8 @@ def test_a_verl_tag_at_another_commit(host):
     assert not host.exists(VERL_DIR + ".staging")
 
 
-def test_a_verl_rebuild_keeps_local_work(host):
+@VERL_GROUP
+def test_a_verl_rebuild_keeps_local_work(host, python_layers):
     """A forced rebuild of the verl layer replaced the checkout with rm -rf, the user's edits
     and new files included; now an old checkout holding local work is moved aside, with a
     timestamp, and the run says where."""
@@ -281,7 +301,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_a_git_credential_stays_off_the_command_line(host):
+@VERL_GROUP
+def test_a_git_credential_stays_off_the_command_line(host, python_layers):
     """A private git mirror's URL may carry a token (https://user:token@host/verl.git). git used to
     get it on its command line (ps shows it) and wrote it into the checkout's .git/config and the
     layer's record. Now git gets the bare URL and the token from a 0600 store that the checkout
@@ -318,7 +339,8 @@ def test_a_git_credential_stays_off_the_command_line(host):
     assert run.returncode == 0, run.output[-3000:]
 
 
-def test_a_run_killed_in_the_middle_of_pip(host):
+@VERL_GROUP
+def test_a_run_killed_in_the_middle_of_pip(host, python_layers):
     """A run killed while pip installs verl's set leaves a package half installed, which the next
     pip call calls "already satisfied". The layer was marked building at step pip, so the next run
     reinstalls the set with --force-reinstall: the file the killed run did not write is back."""
@@ -335,7 +357,8 @@ def test_a_run_killed_in_the_middle_of_pip(host):
     assert state["status"] == "complete" and "step" not in state
 
 
-def test_a_hugging_face_token_stays_in_its_file(host):
+@VERL_GROUP
+def test_a_hugging_face_token_stays_in_its_file(host, python_layers):
     """stack_hf_token (gated models and datasets) reaches the hub client only as a 0600 file of the
     training user's: the fetch tool says it was given one, and nothing else the run wrote or printed
     (verbose output included) holds it. Without a token the file goes."""
@@ -407,7 +430,8 @@ def test_a_cached_wheel_that_changed_is_refused(host):
     assert "Compile (log in" not in run.output
 
 
-def test_a_clean_rerun_looks_at_nothing(host):
+@VERL_GROUP
+def test_a_clean_rerun_looks_at_nothing(host, python_layers):
     """A rerun with nothing to do decides from the records and a stat of their files: no probe of the
     env runs. A recorded file that changed, or -e verify, makes that one layer look again."""
     run = host.play("--tags", "torch,apex,verl")
@@ -495,7 +519,8 @@ def test_root_never_runs_what_the_training_user_can_write(host):
     assert [m for m in found if m.startswith(uid + "-sh-")] and [m for m in found if re.match(uid + r"-\d+$", m)]
 
 
-def test_a_directory_at_the_checkout_path_that_is_not_a_checkout(host):
+@VERL_GROUP
+def test_a_directory_at_the_checkout_path_that_is_not_a_checkout(host, python_layers):
     """The rebuild's swap moved whatever was at stack_verl_dir to <dir>.old and deleted it; a
     directory there that is not a git checkout (the user's own files) now stops the layer."""
     state = host.state("verl")
