@@ -14,9 +14,6 @@ import sys
 import pytest
 from conftest import STANDINS, stack_paths
 
-# One worker of make integration (--dist loadgroup) runs these in file order, on its own container.
-pytestmark = pytest.mark.xdist_group("system")
-
 P40_OLD_DRIVER = "0, Tesla P40, 6.1, 24576, 470.256.02, 00000000:3B:00.0"
 P40_GOOD_DRIVER = "0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0"
 

@@ -1,7 +1,7 @@
 """Faults of the Python layers: clear messages, nothing half-installed, the next run recovers.
 
-make integration (-n 2 --dist loadgroup) runs the torch and Apex tests on a container of
-their own beside test_faults.py, and the verl group (VERL_GROUP) after test_faults.py on its
+make integration (-n 2 --dist loadscope) runs the module's torch and Apex tests on a container
+of their own beside test_faults.py, and the TestVerlLayer class after test_faults.py on its
 container; alone, the file runs in order on one. The CUDA layer Apex needs is built first
 where it is not there yet, and the verl group builds conda, torch and Apex first.
 
@@ -52,13 +52,6 @@ PY_STANDINS = Path(__file__).resolve().parents[2] / ".cache" / "standins-python"
 # A git on the host's PATH that logs every command line it gets (what ps would show), then runs git.
 GIT_ARGV_LOG = "/tmp/git-argv.log"
 LOGGING_GIT = '#!/bin/sh\necho "$*" >> %s\nexec /usr/bin/git "$@"\n' % GIT_ARGV_LOG
-
-
-# make integration runs two workers (--dist loadgroup), each with a container of its own: this
-# module's verl, model and rerun tests (VERL_GROUP) run beside its torch and Apex tests, on the
-# worker that ran test_faults.py, in file order within each group.
-pytestmark = pytest.mark.xdist_group("python")
-VERL_GROUP = pytest.mark.xdist_group("verl")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -239,141 +232,10 @@ def working_verl(host) -> dict:
     return {"head": head, "import": host.python(VERL_PROBE)}
 
 
-@VERL_GROUP
-def test_a_verl_tag_that_does_not_exist(host, python_layers):
-    run = host.play("--tags", "verl")
-    assert run.returncode == 0, run.output[-3000:]
-    state, working = host.state("verl"), working_verl(host)
-    assert state["status"] == "complete"
-    assert working["import"][0].startswith(VERL_DIR + "/")
-
-    run = host.play("--tags", "verl", verl_version="v9.9.9")
-    assert run.returncode != 0
-    out = " ".join(run.output.split())
-    assert "Could not check out v9.9.9" in out and "was left as it was" in out
-    # The old role deleted the checkout before trying the clone: no verl at all.
-    assert working_verl(host) == working
-    assert host.state("verl") == state
-    assert not host.exists(VERL_DIR + ".staging")
-
-
-@VERL_GROUP
-def test_a_verl_tag_at_another_commit(host, python_layers):
-    state, working = host.state("verl"), working_verl(host)
-    run = host.play("--tags", "verl", verl_commit="0" * 40)
-    assert run.returncode != 0
-    out = " ".join(run.output.split())
-    assert "not the pinned " + "0" * 40 in out and "was left as it was" in out
-    assert working_verl(host) == working
-    assert host.state("verl") == state
-    assert not host.exists(VERL_DIR + ".staging")
-
-
-@VERL_GROUP
-def test_a_verl_rebuild_keeps_local_work(host, python_layers):
-    """A forced rebuild of the verl layer replaced the checkout with rm -rf, the user's edits
-    and new files included; now an old checkout holding local work is moved aside, with a
-    timestamp, and the run says where."""
-    host.as_user("echo '# my change' >> %s/verl/__init__.py && echo 'x = 1' > %s/my_reward.py" % (VERL_DIR, VERL_DIR))
-    run = host.play("--tags", "verl", rebuild="verl")
-    assert run.returncode == 0, run.output[-3000:]
-    out = " ".join(run.output.split())
-    assert "The old checkout had local work" in out and "edited: verl/__init__.py" in out
-    assert "new files: my_reward.py" in out
-    (kept,) = host.sh("ls -d %s.kept-*" % VERL_DIR).stdout.split()
-    assert kept in out
-    assert host.sh("tail -n 1 %s/verl/__init__.py" % kept).stdout == "# my change\n"
-    assert host.sh("cat %s/my_reward.py" % kept).stdout == "x = 1\n"
-    # The new checkout is the pinned commit, clean.
-    assert host.as_user("git -C %s status --porcelain --untracked-files=no" % VERL_DIR).stdout == ""
-    assert not host.exists(VERL_DIR + "/my_reward.py")
-    # A rebuild of a checkout without local work replaces it, keeping nothing.
-    run = host.play("--tags", "verl", rebuild="verl")
-    assert run.returncode == 0, run.output[-3000:]
-    assert "The old checkout had local work" not in run.output
-    assert host.sh("ls -d %s.kept-*" % VERL_DIR).stdout.split() == [kept]
-    host.sh("rm -rf " + kept)
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@VERL_GROUP
-def test_a_git_credential_stays_off_the_command_line(host, python_layers):
-    """A private git mirror's URL may carry a token (https://user:token@host/verl.git). git used to
-    get it on its command line (ps shows it) and wrote it into the checkout's .git/config and the
-    layer's record. Now git gets the bare URL and the token from a 0600 store that the checkout
-    removes again; the mirror here answers 401 without the token, so the clone works only if the
-    token still reaches git."""
-    secret = "s3cret-" + uuid.uuid4().hex[:12]
-    port = free_port()
-    server = mirror.serve([str(PY_STANDINS)], port, auth="ci:" + secret)
-    bare = "http://127.0.0.1:%d/verl.git" % port
-    try:
-        # The mirror refuses a client without the token: the broken case this test tells apart.
-        refused = host.as_user("GIT_TERMINAL_PROMPT=0 git ls-remote %s" % bare, check=False)
-        assert refused.returncode != 0 and "could not read Username" in refused.stderr
-        host.sh(
-            "printf '%s' > /usr/local/bin/git && chmod 755 /usr/local/bin/git && rm -f %s" % (LOGGING_GIT, GIT_ARGV_LOG)
-        )
-        run = host.play(
-            "--tags", "verl", rebuild="verl", verl_repo_url="http://ci:%s@127.0.0.1:%d/verl.git" % (secret, port)
-        )
-        argv = host.sh("cat %s" % GIT_ARGV_LOG).stdout
-    finally:
-        server.shutdown()
-        host.sh("rm -f /usr/local/bin/git %s" % GIT_ARGV_LOG)
-    assert run.returncode == 0, run.output[-3000:]
-    assert "clone" in argv and bare in argv
-    assert secret not in argv
-    assert secret not in run.output
-    kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl %s /tmp /var/tmp || true" % (secret, ENV))
-    assert kept.stdout.split() == []
-    assert host.state("verl")["inputs"]["repo"] == "http://***@127.0.0.1:%d/verl.git" % port
-    assert not host.exists("/home/verl/verl-p40/.git-credentials.d")
-    # Back to the CI mirror, for the tests after this one.
-    run = host.play("--tags", "verl")
-    assert run.returncode == 0, run.output[-3000:]
-
-
-@VERL_GROUP
-def test_a_run_killed_in_the_middle_of_pip(host, python_layers):
-    """A run killed while pip installs verl's set leaves a package half installed, which the next
-    pip call calls "already satisfied". The layer was marked building at step pip, so the next run
-    reinstalls the set with --force-reinstall: the file the killed run did not write is back."""
-    package = host.python("import codetiming, os, json; print(json.dumps(os.path.dirname(codetiming.__file__)))")
-    host.sh("rm %s/__init__.py" % package)
-    host.sh(
-        "python3 -c \"import json; p = '/var/lib/verl-p40/layers/verl.json'; r = json.load(open(p));"
-        " r.update(status='building', step='pip'); json.dump(r, open(p, 'w'))\""
-    )
-    run = host.play("--tags", "verl")
-    assert run.returncode == 0, run.output[-3000:]
-    assert host.exists(package + "/__init__.py")
-    state = host.state("verl")
-    assert state["status"] == "complete" and "step" not in state
-
-
-@VERL_GROUP
-def test_a_hugging_face_token_stays_in_its_file(host, python_layers):
-    """stack_hf_token (gated models and datasets) reaches the hub client only as a 0600 file of the
-    training user's: the fetch tool says it was given one, and nothing else the run wrote or printed
-    (verbose output included) holds it. Without a token the file goes."""
-    secret = "hf_" + uuid.uuid4().hex
-    token_file = "/home/verl/verl-p40/.hf-token"
-    run = host.play("--tags", "model", "-v", rebuild="model", stack_hf_token=secret)
-    assert run.returncode == 0, run.output[-3000:]
-    assert re.search(r'hf_token\\?": true', run.output), "the fetch tool was not given the token"
-    assert secret not in run.output
-    assert host.sh("stat -c '%a %U' " + token_file).stdout.split() == ["600", "verl"]
-    kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl /tmp /var/tmp || true" % secret).stdout.split()
-    assert kept == [token_file]
-    run = host.play("--tags", "model", rebuild="model")
-    assert run.returncode == 0, run.output[-3000:]
-    assert not host.exists(token_file)
 
 
 def test_vllm_is_refused_on_a_pascal_gpu(host):
@@ -428,31 +290,6 @@ def test_a_cached_wheel_that_changed_is_refused(host):
     run = host.play("--tags", "apex", rebuild="apex")
     assert run.returncode == 0, run.output[-3000:]
     assert "Compile (log in" not in run.output
-
-
-@VERL_GROUP
-def test_a_clean_rerun_looks_at_nothing(host, python_layers):
-    """A rerun with nothing to do decides from the records and a stat of their files: no probe of the
-    env runs. A recorded file that changed, or -e verify, makes that one layer look again."""
-    run = host.play("--tags", "torch,apex,verl")
-    assert run.returncode == 0, run.output[-3000:]
-    assert "changed=0" in run.output
-    for probe in ("Ask the env for torch", "Ask the env for apex_C", "Read the checkout's commit"):
-        assert probe not in run.output, probe
-
-    torch = host.state("torch")
-    (version_py,) = [path for path in torch["files"] if path.endswith("/torch/version.py")]
-    host.sh("touch %s" % version_py)
-    run = host.play("--tags", "torch,apex")
-    assert run.returncode == 0, run.output[-3000:]
-    assert "Ask the env for torch" in run.output and "Ask the env for apex_C" not in run.output
-    # looked at and found sound: the file's stat is refreshed, the build is the same one
-    after = host.state("torch")
-    assert after["fingerprint"] == torch["fingerprint"] and after["files"][version_py] != torch["files"][version_py]
-
-    run = host.play("--tags", "apex", verify="apex")
-    assert run.returncode == 0, run.output[-3000:]
-    assert "Ask the env for apex_C" in run.output and "Import the extensions" in run.output
 
 
 def test_a_link_the_training_user_planted_in_its_home(host):
@@ -519,22 +356,175 @@ def test_root_never_runs_what_the_training_user_can_write(host):
     assert [m for m in found if m.startswith(uid + "-sh-")] and [m for m in found if re.match(uid + r"-\d+$", m)]
 
 
-@VERL_GROUP
-def test_a_directory_at_the_checkout_path_that_is_not_a_checkout(host, python_layers):
-    """The rebuild's swap moved whatever was at stack_verl_dir to <dir>.old and deleted it; a
-    directory there that is not a git checkout (the user's own files) now stops the layer."""
-    state = host.state("verl")
-    host.as_user("mv %s %s.aside && mkdir %s && echo mine > %s/notes.txt" % (VERL_DIR, VERL_DIR, VERL_DIR, VERL_DIR))
-    try:
+class TestVerlLayer:
+    """The verl, model and rerun faults, on a verl built on conda, torch and Apex (python_layers).
+
+    make integration (-n 2 --dist loadscope) runs a class as a scope of its own: these run in order on
+    one worker, beside the module's torch and Apex tests on the other (after test_faults.py there).
+    """
+
+    def test_a_verl_tag_that_does_not_exist(self, host, python_layers):
+        run = host.play("--tags", "verl")
+        assert run.returncode == 0, run.output[-3000:]
+        state, working = host.state("verl"), working_verl(host)
+        assert state["status"] == "complete"
+        assert working["import"][0].startswith(VERL_DIR + "/")
+
+        run = host.play("--tags", "verl", verl_version="v9.9.9")
+        assert run.returncode != 0
+        out = " ".join(run.output.split())
+        assert "Could not check out v9.9.9" in out and "was left as it was" in out
+        # The old role deleted the checkout before trying the clone: no verl at all.
+        assert working_verl(host) == working
+        assert host.state("verl") == state
+        assert not host.exists(VERL_DIR + ".staging")
+
+    def test_a_verl_tag_at_another_commit(self, host, python_layers):
+        state, working = host.state("verl"), working_verl(host)
+        run = host.play("--tags", "verl", verl_commit="0" * 40)
+        assert run.returncode != 0
+        out = " ".join(run.output.split())
+        assert "not the pinned " + "0" * 40 in out and "was left as it was" in out
+        assert working_verl(host) == working
+        assert host.state("verl") == state
+        assert not host.exists(VERL_DIR + ".staging")
+
+    def test_a_verl_rebuild_keeps_local_work(self, host, python_layers):
+        """A forced rebuild of the verl layer replaced the checkout with rm -rf, the user's edits
+        and new files included; now an old checkout holding local work is moved aside, with a
+        timestamp, and the run says where."""
+        host.as_user(
+            "echo '# my change' >> %s/verl/__init__.py && echo 'x = 1' > %s/my_reward.py" % (VERL_DIR, VERL_DIR)
+        )
         run = host.play("--tags", "verl", rebuild="verl")
-        notes = host.sh("cat %s/notes.txt" % VERL_DIR, check=False).stdout
-    finally:
-        host.as_user("rm -rf %s && mv %s.aside %s" % (VERL_DIR, VERL_DIR, VERL_DIR))
-    assert run.returncode != 0
-    assert "holds something that is not a git checkout" in " ".join(run.output.split())
-    assert notes == "mine\n"
-    assert not host.exists(VERL_DIR + ".old")
-    # Refused before the layer was marked building: its record is as it was.
-    assert host.state("verl") == state
-    run = host.play("--tags", "verl")
-    assert run.returncode == 0, run.output[-3000:]
+        assert run.returncode == 0, run.output[-3000:]
+        out = " ".join(run.output.split())
+        assert "The old checkout had local work" in out and "edited: verl/__init__.py" in out
+        assert "new files: my_reward.py" in out
+        (kept,) = host.sh("ls -d %s.kept-*" % VERL_DIR).stdout.split()
+        assert kept in out
+        assert host.sh("tail -n 1 %s/verl/__init__.py" % kept).stdout == "# my change\n"
+        assert host.sh("cat %s/my_reward.py" % kept).stdout == "x = 1\n"
+        # The new checkout is the pinned commit, clean.
+        assert host.as_user("git -C %s status --porcelain --untracked-files=no" % VERL_DIR).stdout == ""
+        assert not host.exists(VERL_DIR + "/my_reward.py")
+        # A rebuild of a checkout without local work replaces it, keeping nothing.
+        run = host.play("--tags", "verl", rebuild="verl")
+        assert run.returncode == 0, run.output[-3000:]
+        assert "The old checkout had local work" not in run.output
+        assert host.sh("ls -d %s.kept-*" % VERL_DIR).stdout.split() == [kept]
+        host.sh("rm -rf " + kept)
+
+    def test_a_git_credential_stays_off_the_command_line(self, host, python_layers):
+        """A private git mirror's URL may carry a token (https://user:token@host/verl.git). git used to
+        get it on its command line (ps shows it) and wrote it into the checkout's .git/config and the
+        layer's record. Now git gets the bare URL and the token from a 0600 store that the checkout
+        removes again; the mirror here answers 401 without the token, so the clone works only if the
+        token still reaches git."""
+        secret = "s3cret-" + uuid.uuid4().hex[:12]
+        port = free_port()
+        server = mirror.serve([str(PY_STANDINS)], port, auth="ci:" + secret)
+        bare = "http://127.0.0.1:%d/verl.git" % port
+        try:
+            # The mirror refuses a client without the token: the broken case this test tells apart.
+            refused = host.as_user("GIT_TERMINAL_PROMPT=0 git ls-remote %s" % bare, check=False)
+            assert refused.returncode != 0 and "could not read Username" in refused.stderr
+            host.sh(
+                "printf '%s' > /usr/local/bin/git && chmod 755 /usr/local/bin/git && rm -f %s"
+                % (LOGGING_GIT, GIT_ARGV_LOG)
+            )
+            run = host.play(
+                "--tags", "verl", rebuild="verl", verl_repo_url="http://ci:%s@127.0.0.1:%d/verl.git" % (secret, port)
+            )
+            argv = host.sh("cat %s" % GIT_ARGV_LOG).stdout
+        finally:
+            server.shutdown()
+            host.sh("rm -f /usr/local/bin/git %s" % GIT_ARGV_LOG)
+        assert run.returncode == 0, run.output[-3000:]
+        assert "clone" in argv and bare in argv
+        assert secret not in argv
+        assert secret not in run.output
+        kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl %s /tmp /var/tmp || true" % (secret, ENV))
+        assert kept.stdout.split() == []
+        assert host.state("verl")["inputs"]["repo"] == "http://***@127.0.0.1:%d/verl.git" % port
+        assert not host.exists("/home/verl/verl-p40/.git-credentials.d")
+        # Back to the CI mirror, for the tests after this one.
+        run = host.play("--tags", "verl")
+        assert run.returncode == 0, run.output[-3000:]
+
+    def test_a_run_killed_in_the_middle_of_pip(self, host, python_layers):
+        """A run killed while pip installs verl's set leaves a package half installed, which the next
+        pip call calls "already satisfied". The layer was marked building at step pip, so the next run
+        reinstalls the set with --force-reinstall: the file the killed run did not write is back."""
+        package = host.python("import codetiming, os, json; print(json.dumps(os.path.dirname(codetiming.__file__)))")
+        host.sh("rm %s/__init__.py" % package)
+        host.sh(
+            "python3 -c \"import json; p = '/var/lib/verl-p40/layers/verl.json'; r = json.load(open(p));"
+            " r.update(status='building', step='pip'); json.dump(r, open(p, 'w'))\""
+        )
+        run = host.play("--tags", "verl")
+        assert run.returncode == 0, run.output[-3000:]
+        assert host.exists(package + "/__init__.py")
+        state = host.state("verl")
+        assert state["status"] == "complete" and "step" not in state
+
+    def test_a_hugging_face_token_stays_in_its_file(self, host, python_layers):
+        """stack_hf_token (gated models and datasets) reaches the hub client only as a 0600 file of the
+        training user's: the fetch tool says it was given one, and nothing else the run wrote or printed
+        (verbose output included) holds it. Without a token the file goes."""
+        secret = "hf_" + uuid.uuid4().hex
+        token_file = "/home/verl/verl-p40/.hf-token"
+        run = host.play("--tags", "model", "-v", rebuild="model", stack_hf_token=secret)
+        assert run.returncode == 0, run.output[-3000:]
+        assert re.search(r'hf_token\\?": true', run.output), "the fetch tool was not given the token"
+        assert secret not in run.output
+        assert host.sh("stat -c '%a %U' " + token_file).stdout.split() == ["600", "verl"]
+        kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl /tmp /var/tmp || true" % secret).stdout.split()
+        assert kept == [token_file]
+        run = host.play("--tags", "model", rebuild="model")
+        assert run.returncode == 0, run.output[-3000:]
+        assert not host.exists(token_file)
+
+    def test_a_clean_rerun_looks_at_nothing(self, host, python_layers):
+        """A rerun with nothing to do decides from the records and a stat of their files: no probe of the
+        env runs. A recorded file that changed, or -e verify, makes that one layer look again."""
+        run = host.play("--tags", "torch,apex,verl")
+        assert run.returncode == 0, run.output[-3000:]
+        assert "changed=0" in run.output
+        for probe in ("Ask the env for torch", "Ask the env for apex_C", "Read the checkout's commit"):
+            assert probe not in run.output, probe
+
+        torch = host.state("torch")
+        (version_py,) = [path for path in torch["files"] if path.endswith("/torch/version.py")]
+        host.sh("touch %s" % version_py)
+        run = host.play("--tags", "torch,apex")
+        assert run.returncode == 0, run.output[-3000:]
+        assert "Ask the env for torch" in run.output and "Ask the env for apex_C" not in run.output
+        # looked at and found sound: the file's stat is refreshed, the build is the same one
+        after = host.state("torch")
+        assert after["fingerprint"] == torch["fingerprint"] and after["files"][version_py] != torch["files"][version_py]
+
+        run = host.play("--tags", "apex", verify="apex")
+        assert run.returncode == 0, run.output[-3000:]
+        assert "Ask the env for apex_C" in run.output and "Import the extensions" in run.output
+
+    def test_a_directory_at_the_checkout_path_that_is_not_a_checkout(self, host, python_layers):
+        """The rebuild's swap moved whatever was at stack_verl_dir to <dir>.old and deleted it; a
+        directory there that is not a git checkout (the user's own files) now stops the layer."""
+        state = host.state("verl")
+        host.as_user(
+            "mv %s %s.aside && mkdir %s && echo mine > %s/notes.txt" % (VERL_DIR, VERL_DIR, VERL_DIR, VERL_DIR)
+        )
+        try:
+            run = host.play("--tags", "verl", rebuild="verl")
+            notes = host.sh("cat %s/notes.txt" % VERL_DIR, check=False).stdout
+        finally:
+            host.as_user("rm -rf %s && mv %s.aside %s" % (VERL_DIR, VERL_DIR, VERL_DIR))
+        assert run.returncode != 0
+        assert "holds something that is not a git checkout" in " ".join(run.output.split())
+        assert notes == "mine\n"
+        assert not host.exists(VERL_DIR + ".old")
+        # Refused before the layer was marked building: its record is as it was.
+        assert host.state("verl") == state
+        run = host.play("--tags", "verl")
+        assert run.returncode == 0, run.output[-3000:]
