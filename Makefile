@@ -44,7 +44,7 @@ molecule: images standins  ## converge, idempotence, verify in containers (Debia
 	$(MIRROR) $(BIN)/molecule test -s default
 	$(MIRROR) $(BIN)/molecule test -s bullseye
 
-cluster: images standins  ## a Ray cluster of two containers (docs/cluster.md); about 12 min, not in make test
+cluster: images standins  ## a Ray cluster of two containers (docs/cluster.md): the default scenario again, then cluster; not in make test
 	VERL_P40_COMMIT_IMAGE=1 $(MIRROR) $(BIN)/molecule test -s default
 	$(MIRROR) $(BIN)/molecule test -s cluster
 	-podman rmi --force localhost/verl-p40-stack:12 >/dev/null
