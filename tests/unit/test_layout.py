@@ -14,6 +14,8 @@ from conftest import run_play
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+# Where the plays take their run lock (each stage takes the host's).
+LOCK_DIR = Path(tempfile.gettempdir()) / "verl-p40-test-layout"
 PROFILES = yaml.safe_load((REPO / "roles/stack/defaults/main/gpu_profiles.yml").read_text())["stack_gpu_profiles"]
 
 
@@ -32,9 +34,10 @@ def play(inventory: Path, playbook: Path) -> subprocess.CompletedProcess:
             "preflight",
             "-e",
             "ansible_python_interpreter=" + sys.executable,
-            # The stages take the host's run lock (tagged always): not in this machine's /var/lib.
+            # The stages take the host's run lock (tagged always): not in this machine's /var/lib, and
+            # one per pytest-xdist worker (make unit runs two), which would wait on each other's.
             "-e",
-            "stack_lock_file=" + str(Path(tempfile.gettempdir()) / "verl-p40-test-layout" / "run.lock"),
+            "stack_lock_file=" + str(LOCK_DIR / os.environ.get("PYTEST_XDIST_WORKER", "main") / "run.lock"),
             # Preflight is skipped, but each role's argument validation (tagged always) still runs and
             # templates the role's defaults; the train role's read the profile preflight would set.
             "-e",
