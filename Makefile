@@ -10,8 +10,16 @@ MIRROR := $(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) --dir $(PY_ST
 export PATH := $(BIN):$(PATH)
 export CONTAINERS_CONF := $(CACHE)/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# A recipe line that pipes (a lane's prefix, below) fails when its command does.
+.SHELLFLAGS := -o pipefail -c
+# make lanes runs molecule and integration at once: each serves the stand-ins on a port of its
+# own (molecule: mirror.py's default), and each line they print starts with the lane's name.
+INTEGRATION_MIRROR_PORT ?= 18766
+LANE = $(if $(LANES),2>&1 | sed -u 's/^/[$@] /')
+# The default scenario's verified container, committed for the cluster scenario's nodes.
+STACK_IMAGE := localhost/verl-p40-stack:12
 
-.PHONY: host-check render setup lint unit images standins molecule cluster integration test demo bench apex-proof clean
+.PHONY: host-check render setup lint unit images standins molecule integration lanes test demo bench apex-proof clean
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
@@ -26,8 +34,8 @@ lint: setup  ## yamllint + ansible-lint (production profile) + ruff (Python lint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-unit: setup  ## pytest for the Python pieces and templates
-	$(BIN)/python -m pytest -q --durations=15 tests/unit
+unit: setup  ## pytest for the Python pieces and templates (two workers, a file on each)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests/unit
 
 host-check:  ## the host programs the tests call (the list .ci/run installs), before the long steps
 	$(PYTHON) tests/fixtures/host_tools.py check
@@ -40,19 +48,21 @@ standins: setup  ## stand-ins for the downloads CI cannot reach (NVIDIA, conda-f
 	$(BIN)/python tests/fixtures/standins.py build --out $(STANDINS)
 	$(BIN)/python tests/fixtures/standins_python.py build --out $(PY_STANDINS)
 
-molecule: images standins  ## converge, idempotence, verify in containers (Debian 12: all layers; 11: system)
-	$(MIRROR) $(BIN)/molecule test -s default
-	$(MIRROR) $(BIN)/molecule test -s bullseye
-
-cluster: images standins  ## a Ray cluster of two containers (docs/cluster.md): the default scenario again, then cluster; not in make test
-	VERL_P40_COMMIT_IMAGE=1 $(MIRROR) $(BIN)/molecule test -s default
-	$(MIRROR) $(BIN)/molecule test -s cluster
-	-podman rmi --force localhost/verl-p40-stack:12 >/dev/null
+molecule: images standins  ## converge, idempotence, verify in containers (Debian 12: all layers, then two of it as a Ray cluster; 11: system)
+	VERL_P40_COMMIT_IMAGE=1 $(MIRROR) $(BIN)/molecule test -s default $(LANE)
+	$(MIRROR) $(BIN)/molecule test -s cluster $(LANE)
+	podman rmi --force $(STACK_IMAGE) >/dev/null
+	$(MIRROR) $(BIN)/molecule test -s bullseye $(LANE)
 
 integration: images standins  ## bad input and faults, against throwaway containers (one per worker; a module's functions, or a class, on one, two at a time)
-	$(MIRROR) $(BIN)/python -m pytest -q -n 2 --dist loadscope --durations=25 tests/integration
+	VERL_P40_MIRROR_PORT=$(INTEGRATION_MIRROR_PORT) $(MIRROR) $(BIN)/python -m pytest -q -n 2 --dist loadscope --durations=25 tests/integration $(LANE)
 
-test: lint unit molecule integration  ## everything CI runs
+# Molecule keeps about one core busy (one host, one task at a time), the fault tests' two
+# workers the others: side by side they take CI's two cores (docs/testing.md).
+lanes: setup  ## molecule and integration side by side, each line prefixed with its lane
+	$(MAKE) --no-print-directory -j 2 --output-sync=line LANES=1 molecule integration
+
+test: lint unit lanes  ## everything CI runs
 
 demo: images standins  ## the whole stack in a throwaway container, with the stand-ins
 	$(MIRROR) $(BIN)/molecule converge -s default
@@ -74,3 +84,4 @@ clean:  ## remove the scenario containers (caches stay)
 	-$(BIN)/molecule destroy -s default
 	-$(BIN)/molecule destroy -s cluster
 	-$(BIN)/molecule destroy -s bullseye
+	-podman rmi --force $(STACK_IMAGE) >/dev/null
