@@ -673,3 +673,51 @@ def test_list_profiles_prints_the_validation(tmp_path: Path):
         check=True,
     )
     assert "render.py: profile pascal: validated:" in done.stderr and "never on a P40" in done.stderr
+
+
+def ray_unit_env(tmp_path: Path, extra: dict) -> dict:
+    """The Ray units' environment (roles/ray/vars/main.yml's __ray_env), templated by Ansible from
+    the stack's and the ray role's own files, with the preflight results in extra."""
+    from conftest import play_results
+
+    files = sorted(str(p) for p in (REPO / "roles" / "stack" / "defaults" / "main").glob("*.yml"))
+    files += [str(REPO / "roles" / "ray" / "defaults" / "main.yml"), str(REPO / "roles" / "ray" / "vars" / "main.yml")]
+    profile = dict(profiles()["pascal"], name="pascal")
+    (result,) = play_results(
+        tmp_path,
+        [{"ansible.builtin.debug": {"var": "__ray_env"}}],
+        vars_files=files,
+        vars={"preflight_profile": profile, "ray_interface": "", "train_gpus": [], **extra},
+    )
+    return result["__ray_env"]
+
+
+def test_the_ray_units_get_the_gpu_variables_of_train_env(tmp_path: Path):
+    # One decision (roles/stack's __stack_gpu_env) for both: train.env's exports and the units'
+    # Environment= lines name the same GPUs and the same peer-to-peer setting.
+    picked = [dict(P40, index=1), dict(P40, index=3)]
+    blocked = {"checked": True, "ok": False, "blocked": ["GPU 1 - GPU 3: CNS (Chipset not supported)"]}
+    gpu_names = ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "NCCL_P2P_DISABLE")
+    cases = {
+        "picked-blocked": {"train_gpus": [1, 3], "preflight_gpus": picked, "preflight_gpu_p2p": blocked},
+        "all-p2p": {"preflight_gpus": picked, "preflight_gpu_p2p": {"checked": True, "ok": True, "blocked": []}},
+        "one": {"preflight_gpus": picked[:1], "preflight_gpu_p2p": {}},
+        # train.env once also asked for more than one GPU in the run: the units did not.
+        "picked-blocked-run-on-one": {
+            "train_gpus": [1, 3],
+            "preflight_gpus": picked,
+            "preflight_gpu_p2p": blocked,
+            "train_n_gpus_per_node": 1,
+        },
+    }
+    for name, extra in cases.items():
+        render.render("pascal", tmp_path / name, extra)
+        exported = dict(re.findall(r"^export (\w+)=(.*)$", (tmp_path / name / "train.env").read_text(), re.M))
+        unit = ray_unit_env(tmp_path, extra)
+        assert {k: v for k, v in exported.items() if k in gpu_names} == {
+            k: v for k, v in unit.items() if k in gpu_names
+        }, name
+        # The profile's variables reach both too.
+        assert set(profiles()["pascal"]["env"]) <= set(exported) & set(unit)
+        if name.startswith("picked"):
+            assert (unit["CUDA_VISIBLE_DEVICES"], unit["NCCL_P2P_DISABLE"]) == ("1,3", "1"), name
