@@ -11,12 +11,15 @@ cluster, each message naming the host and what to change:
   differs from the head's, by the checksums of the patched files;
 - ``ray_cluster_problems``: what the head's ``ray.nodes()`` lacks: a host with no live node at
   its address (with the ports to check), or a node with another GPU count;
+- ``ray_probe_problems``: the same for the ray layer's probe of the head (the command's result):
+  the nodes it printed, or that it could not reach the head;
 - ``systemd_environment`` and ``systemd_exec``: the Ray units' ``Environment=`` values and
   ``ExecStart=`` command line, quoted so that systemd hands over each value exactly.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -131,6 +134,22 @@ def ray_cluster_problems(
     return problems
 
 
+def ray_probe_problems(result: dict[str, Any], expected: dict[str, dict[str, Any]], ports: str = "") -> list[str]:
+    """``ray_cluster_problems`` of the probe's result (the ray layer's wait task): the JSON on the
+    last line of its stdout. A probe that failed, or printed no such line, could not reach the head,
+    and the last lines of its stderr say why."""
+    result = result or {}
+    lines = result.get("stdout_lines") or str(result.get("stdout") or "").splitlines()
+    try:
+        seen = json.loads(lines[-1]) if result.get("rc") == 0 and lines else None
+    except ValueError:
+        seen = None
+    if not isinstance(seen, dict):
+        why = " ".join(str(result.get("stderr") or "").splitlines()[-3:]) or "rc %s" % result.get("rc")
+        return ["cannot reach the head: " + why]
+    return ray_cluster_problems(seen.get("nodes") or [], expected, ports)
+
+
 def _systemd_quoted(value: Any, where: str, exec_line: bool) -> str:
     text = str(value)
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
@@ -170,6 +189,7 @@ class FilterModule:
             "cluster_gpu_problems": cluster_gpu_problems,
             "cluster_patch_problems": cluster_patch_problems,
             "ray_cluster_problems": ray_cluster_problems,
+            "ray_probe_problems": ray_probe_problems,
             "systemd_environment": systemd_environment,
             "systemd_exec": systemd_exec,
         }

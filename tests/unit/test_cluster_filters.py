@@ -1,5 +1,7 @@
 """The Ray cluster's checks (filter_plugins/cluster.py): the head, GPU counts, patch records, ray.nodes()."""
 
+import json
+
 import pytest
 from ansible.errors import AnsibleFilterError
 
@@ -113,3 +115,27 @@ def test_unit_command_lines_quote_every_argument():
     assert systemd_exec(["/bin/echo", "$HOME 50%"]) == '"/bin/echo" "$$HOME 50%%"'
     with pytest.raises(AnsibleFilterError, match="needs a program"):
         systemd_exec([])
+
+
+def test_the_probe_result_gives_the_clusters_problems():
+    from filter_plugins.cluster import ray_probe_problems
+
+    seen = {"version": "2.43.0", "nodes": [node("10.0.0.1", 2), node("10.0.0.2", 2)]}
+    whole = {"rc": 0, "stdout_lines": ["a Ray warning", json.dumps(seen)], "stderr": ""}
+    assert ray_probe_problems(whole, EXPECTED) == []
+    half = dict(whole, stdout_lines=[json.dumps(dict(seen, nodes=seen["nodes"][:1]))])
+    assert ray_probe_problems(half, EXPECTED, "6379/tcp") == [
+        "not in the cluster: worker (10.0.0.2); check that these ports are open: 6379/tcp"
+    ]
+
+
+def test_a_probe_that_did_not_reach_the_head_says_why():
+    from filter_plugins.cluster import ray_probe_problems
+
+    failed = {"rc": 124, "stdout_lines": [], "stderr": "one\ntwo\nthree\nConnectionError: GCS at 10.0.0.1:6379"}
+    assert ray_probe_problems(failed, EXPECTED) == [
+        "cannot reach the head: two three ConnectionError: GCS at 10.0.0.1:6379"
+    ]
+    # rc 0 without the JSON line (Ray printed something else last) is not a cluster either.
+    assert ray_probe_problems({"rc": 0, "stdout": "no json", "stderr": ""}, EXPECTED) == ["cannot reach the head: rc 0"]
+    assert ray_probe_problems({"rc": 124, "stderr": ""}, EXPECTED) == ["cannot reach the head: rc 124"]
