@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import testinfra
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
+import playbook  # noqa: E402
 
 # Every live node, as the head's Ray sees it (run as the training user, who runs the units).
 NODES = r"""
@@ -154,15 +156,9 @@ def test_a_restarted_head_brings_the_cluster_back(host, stack):
 
 def play(*args: str):
     """ansible-playbook site.yml against the inventory and vars files this module was given (molecule/cluster)."""
-    root = Path(__file__).resolve().parents[2]
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", os.environ["STACK_INVENTORY"]]
-    for extra in filter(None, os.environ.get("STACK_VARS_FILES", "").split(",")):
-        argv += ["-e", "@" + extra.strip()]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(root / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    done = subprocess.run(
-        [*argv, str(root / "site.yml"), *args], capture_output=True, text=True, env=env, timeout=600, check=False
-    )
-    return done.returncode, " ".join((done.stdout + done.stderr).split())
+    files = [path.strip() for path in os.environ.get("STACK_VARS_FILES", "").split(",") if path.strip()]
+    done = playbook.run(os.environ["STACK_INVENTORY"], files, *args, timeout=600)
+    return done.returncode, " ".join(done.output.split())
 
 
 def test_a_play_that_misses_a_node_is_refused(host, stack):

@@ -23,6 +23,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+import playbook  # noqa: E402
 from prepare_host import prepare  # noqa: E402
 
 IMAGE = os.environ.get("STACK_TEST_IMAGE", "localhost/verl-p40-debian:12")
@@ -84,21 +85,8 @@ class Host:
         )
 
     def play(self, *args: str, **extra_vars: Any) -> subprocess.CompletedProcess:
-        files = [arg for path in VARS_FILES for arg in ("-e", "@%s" % path)]
-        command = [
-            "ansible-playbook",
-            "-i",
-            str(self.inventory / "hosts.yml"),
-            str(ROOT / "site.yml"),
-            *files,
-            "-e",
-            json.dumps(extra_vars),
-            *args,
-        ]
-        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
-        result.output = result.stdout + result.stderr  # type: ignore[attr-defined]
-        return result
+        """site.yml against this container, with CI's vars files (tests/fixtures/playbook.py)."""
+        return playbook.run(self.inventory / "hosts.yml", VARS_FILES, *args, **extra_vars)
 
     def state(self, layer: str) -> dict[str, Any]:
         out = self.sh("cat /var/lib/verl-p40/layers/%s.json 2>/dev/null || echo '{}'" % layer).stdout
