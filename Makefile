@@ -58,9 +58,10 @@ integration: images standins  ## bad input and faults, against throwaway contain
 	VERL_P40_MIRROR_PORT=$(INTEGRATION_MIRROR_PORT) $(MIRROR) $(BIN)/python -m pytest -q -n 2 --dist loadscope --durations=25 tests/integration $(LANE)
 
 # Molecule keeps about one core busy (one host, one task at a time), the fault tests' two
-# workers the others: side by side they take CI's two cores (docs/testing.md).
+# workers the others: side by side they take CI's two cores (docs/testing.md). Each line shows
+# as it is printed (no --output-sync, which would hold a whole scenario's output back).
 lanes: setup  ## molecule and integration side by side, each line prefixed with its lane
-	$(MAKE) --no-print-directory -j 2 --output-sync=line LANES=1 molecule integration
+	$(MAKE) --no-print-directory -j 2 LANES=1 molecule integration
 
 test: lint unit lanes  ## everything CI runs
 

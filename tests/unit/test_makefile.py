@@ -49,6 +49,8 @@ def test_make_test_runs_molecule_and_integration_side_by_side():
     assert run.returncode == 0, run.stderr
     (submake,) = [line for line in run.stdout.splitlines() if "LANES=1" in line]
     assert "-j 2" in submake and submake.split()[-2:] == ["molecule", "integration"]
+    # Output sync would hold each scenario's lines back until it ends: no progress for minutes.
+    assert "--output-sync" not in submake and " -O" not in submake
 
 
 def test_the_lanes_use_two_mirror_ports_and_prefix_their_lines():
