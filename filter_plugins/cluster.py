@@ -13,7 +13,7 @@ cluster, each message naming the host and what to change:
   its address (with the ports to check), or a node with another GPU count;
 - ``ray_probe_problems``: the same for the ray layer's probe of the head (the command's result):
   the nodes it printed, or that it could not reach the head;
-- ``systemd_environment`` and ``systemd_exec``: the Ray units' ``Environment=`` values and
+- ``systemd_environment_file`` and ``systemd_exec``: the Ray units' environment file and
   ``ExecStart=`` command line, quoted so that systemd hands over each value exactly.
 """
 
@@ -150,36 +150,44 @@ def ray_probe_problems(result: dict[str, Any], expected: dict[str, dict[str, Any
     return ray_cluster_problems(seen.get("nodes") or [], expected, ports)
 
 
-def _systemd_quoted(value: Any, where: str, exec_line: bool) -> str:
+def _systemd_exec_quoted(value: Any, where: str) -> str:
     text = str(value)
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
         raise AnsibleFilterError(
             "%s holds a control character (a newline?): a systemd unit line cannot carry it" % where
         )
     # Inside double quotes systemd reads C escapes; % starts a specifier, and on a command line $ a variable.
-    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    if exec_line:
-        text = text.replace("$", "$$")
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     return '"%s"' % text
 
 
-def systemd_environment(env: dict[str, Any], variable: str = "the environment") -> list[str]:
-    """One quoted ``NAME=value`` per variable, for ``Environment=`` lines; names must be shell names."""
+def systemd_environment_file(env: dict[str, Any], variable: str = "the environment") -> str:
+    """The text of a unit's ``EnvironmentFile=``: one ``NAME="value"`` line per variable, names
+    shell names. In double quotes systemd unescapes backslash, quote, ``$`` and backquote, expands
+    neither variables nor ``%`` specifiers, and nothing else is special, so each value arrives as
+    written. (A file, not ``Environment=`` lines: a unit's Environment= is any local user's to read
+    through ``systemctl show``.)"""
     lines = []
     for name, value in (env or {}).items():
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise AnsibleFilterError("%s: %r is not an environment variable name" % (variable, name))
         if value is None or isinstance(value, (dict, list, tuple, set)):
             raise AnsibleFilterError("%s.%s is %r; give a string or a number" % (variable, name, value))
-        lines.append(_systemd_quoted("%s=%s" % (name, value), "%s.%s" % (variable, name), exec_line=False))
-    return lines
+        text = str(value)
+        if any(ord(c) < 32 or ord(c) == 127 for c in text):
+            raise AnsibleFilterError(
+                "%s.%s holds a control character (a newline?): an environment file line cannot carry it"
+                % (variable, name)
+            )
+        lines.append('%s="%s"\n' % (name, re.sub(r'([\\"$`])', r"\\\1", text)))
+    return "".join(lines)
 
 
 def systemd_exec(argv: list[Any]) -> str:
     """An ``ExecStart=`` command line: every argument quoted, ``%`` and ``$`` kept literal."""
     if not argv:
         raise AnsibleFilterError("an ExecStart= command line needs a program")
-    return " ".join(_systemd_quoted(arg, "argument %d of ExecStart" % n, exec_line=True) for n, arg in enumerate(argv))
+    return " ".join(_systemd_exec_quoted(arg, "argument %d of ExecStart" % n) for n, arg in enumerate(argv))
 
 
 class FilterModule:
@@ -190,6 +198,6 @@ class FilterModule:
             "cluster_patch_problems": cluster_patch_problems,
             "ray_cluster_problems": ray_cluster_problems,
             "ray_probe_problems": ray_probe_problems,
-            "systemd_environment": systemd_environment,
+            "systemd_environment_file": systemd_environment_file,
             "systemd_exec": systemd_exec,
         }

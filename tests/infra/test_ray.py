@@ -95,6 +95,15 @@ def test_the_layer_is_where_the_group_puts_it(host, stack):
     unit = units[part(stack)]
     assert unit.user == "root" and unit.group == "root" and unit.mode == 0o644
     assert not units["worker" if part(stack) == "head" else "head"].exists
+    # The environment is in a file only root reads; no value is in the unit or what systemctl
+    # show tells any local user (ray_extra_env may carry credentials).
+    env_file = host.file("/etc/default/verl-ray-%s" % part(stack))
+    assert env_file.user == "root" and env_file.group == "root" and env_file.mode == 0o600
+    assert "EnvironmentFile=%s\n" % env_file.path in unit.content_string
+    shown = host.check_output("systemctl show -p Environment verl-ray-%s.service" % part(stack))
+    for name, value in (stack["ray_extra_env"] or {}).items():
+        assert name in env_file.content_string
+        assert name not in unit.content_string and name not in shown and str(value) not in shown
 
 
 def test_the_node_runs_as_the_training_user_with_the_launchers_environment(host, stack):

@@ -80,30 +80,31 @@ def test_a_node_with_another_gpu_count_is_refused():
     assert problem == "node worker (10.0.0.2) offers 1 GPUs to Ray, not the 2 preflight found"
 
 
-def test_unit_environment_lines_keep_each_value_exactly():
-    from filter_plugins.cluster import systemd_environment
+def test_unit_environment_file_keeps_each_value_exactly():
+    from filter_plugins.cluster import systemd_environment_file
 
-    assert systemd_environment({"TORCHDYNAMO_DISABLE": 1, "NCCL_SOCKET_IFNAME": "eth0"}) == [
-        '"TORCHDYNAMO_DISABLE=1"',
-        '"NCCL_SOCKET_IFNAME=eth0"',
-    ]
-    # A space, a quote, a backslash and a specifier stay literal; $ is not expanded in Environment=.
-    assert systemd_environment({"X": 'a "b" \\c 100% $HOME'}) == ['"X=a \\"b\\" \\\\c 100%% $HOME"']
+    assert systemd_environment_file({"TORCHDYNAMO_DISABLE": 1, "NCCL_SOCKET_IFNAME": "eth0"}) == (
+        'TORCHDYNAMO_DISABLE="1"\nNCCL_SOCKET_IFNAME="eth0"\n'
+    )
+    # In double quotes systemd unescapes backslash, quote, $ and backquote (checked against systemd
+    # by the cluster scenario's VERL_P40_QUOTING_PROBE); % and a space are literal.
+    assert systemd_environment_file({"X": 'a "b" \\c 100% $HOME `id`'}) == 'X="a \\"b\\" \\\\c 100% \\$HOME \\`id\\`"\n'
+    assert systemd_environment_file({}) == ""
 
 
 @pytest.mark.parametrize(
     "env, match",
     [
         ({"X=1 Y": "v"}, "not an environment variable name"),
-        ({"X": "a\nExecStartPre=/bin/sh -c id"}, "control character"),
+        ({"X": "a\nLD_PRELOAD=/tmp/x.so"}, "control character"),
         ({"X": None}, "give a string or a number"),
     ],
 )
-def test_unit_environment_refuses_what_would_change_the_unit(env, match):
-    from filter_plugins.cluster import systemd_environment
+def test_unit_environment_refuses_what_would_change_the_file(env, match):
+    from filter_plugins.cluster import systemd_environment_file
 
     with pytest.raises(AnsibleFilterError, match=match):
-        systemd_environment(env, "ray_extra_env")
+        systemd_environment_file(env, "ray_extra_env")
 
 
 def test_unit_command_lines_quote_every_argument():
