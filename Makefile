@@ -55,7 +55,7 @@ molecule: images standins  ## converge, idempotence, verify in containers (Debia
 	$(MIRROR) $(BIN)/molecule test -s bullseye $(LANE)
 
 integration: images standins  ## bad input and faults, against throwaway containers (one per worker; a module's functions, or a class, on one, two at a time)
-	VERL_P40_MIRROR_PORT=$(INTEGRATION_MIRROR_PORT) $(MIRROR) $(BIN)/python -m pytest -q -n 2 --dist loadscope --durations=25 tests/integration $(LANE)
+	VERL_P40_MIRROR_PORT=$(INTEGRATION_MIRROR_PORT) $(MIRROR) $(BIN)/python -m pytest -v -n 2 --dist loadscope --durations=25 tests/integration $(LANE)
 
 # Molecule keeps about one core busy (one host, one task at a time), the fault tests' two
 # workers the others: side by side they take CI's two cores (docs/testing.md). Each line shows

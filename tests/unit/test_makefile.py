@@ -71,6 +71,8 @@ def test_the_lanes_use_two_mirror_ports_and_prefix_their_lines():
     assert all("VERL_P40_MIRROR_PORT" not in line for line in molecule)
     for line in [*molecule, integration]:
         assert line.endswith("| sed -u 's/^/[%s] /'" % ("molecule" if line in molecule else "integration")), line
+    # One line per test (-v): -q's progress dots end no line, and the prefix shows whole lines only.
+    assert " -v " in integration
     # Alone (no LANES), a lane prints as it always did.
     alone = make("-n", "integration").stdout
     assert "sed" not in alone
