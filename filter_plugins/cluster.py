@@ -150,12 +150,16 @@ def ray_probe_problems(result: dict[str, Any], expected: dict[str, dict[str, Any
     return ray_cluster_problems(seen.get("nodes") or [], expected, ports)
 
 
-def _systemd_exec_quoted(value: Any, where: str) -> str:
+def _one_line(value: Any, where: str, line: str) -> str:
+    """The value as text; a control character (a newline would start another line) is refused."""
     text = str(value)
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise AnsibleFilterError(
-            "%s holds a control character (a newline?): a systemd unit line cannot carry it" % where
-        )
+        raise AnsibleFilterError("%s holds a control character (a newline?): %s cannot carry it" % (where, line))
+    return text
+
+
+def _systemd_exec_quoted(value: Any, where: str) -> str:
+    text = _one_line(value, where, "a systemd unit line")
     # Inside double quotes systemd reads C escapes; % starts a specifier, and on a command line $ a variable.
     text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     return '"%s"' % text
@@ -173,12 +177,7 @@ def systemd_environment_file(env: dict[str, Any], variable: str = "the environme
             raise AnsibleFilterError("%s: %r is not an environment variable name" % (variable, name))
         if value is None or isinstance(value, (dict, list, tuple, set)):
             raise AnsibleFilterError("%s.%s is %r; give a string or a number" % (variable, name, value))
-        text = str(value)
-        if any(ord(c) < 32 or ord(c) == 127 for c in text):
-            raise AnsibleFilterError(
-                "%s.%s holds a control character (a newline?): an environment file line cannot carry it"
-                % (variable, name)
-            )
+        text = _one_line(value, "%s.%s" % (variable, name), "an environment file line")
         lines.append('%s="%s"\n' % (name, re.sub(r'([\\"$`])', r"\\\1", text)))
     return "".join(lines)
 

@@ -116,6 +116,8 @@ def test_unit_command_lines_quote_every_argument():
     assert systemd_exec(["/bin/echo", "$HOME 50%"]) == '"/bin/echo" "$$HOME 50%%"'
     with pytest.raises(AnsibleFilterError, match="needs a program"):
         systemd_exec([])
+    with pytest.raises(AnsibleFilterError, match="argument 1 of ExecStart holds a control character"):
+        systemd_exec(["/bin/echo", "a\nExecStartPre=/bin/id"])
 
 
 def test_the_probe_result_gives_the_clusters_problems():
