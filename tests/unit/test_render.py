@@ -694,7 +694,7 @@ def ray_unit_env(tmp_path: Path, extra: dict) -> dict:
 
 def test_the_ray_units_get_the_gpu_variables_of_train_env(tmp_path: Path):
     # One decision (roles/stack's __stack_gpu_env) for both: train.env's exports and the units'
-    # Environment= lines name the same GPUs and the same peer-to-peer setting.
+    # environment file name the same GPUs and the same peer-to-peer setting.
     picked = [dict(P40, index=1), dict(P40, index=3)]
     blocked = {"checked": True, "ok": False, "blocked": ["GPU 1 - GPU 3: CNS (Chipset not supported)"]}
     gpu_names = ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "NCCL_P2P_DISABLE")
