@@ -238,6 +238,14 @@ def stack_tree_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict
     return run_tasks("stack_tree", tasks, tmp_path)
 
 
+def stack_take_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict]:
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "apex.whl").write_bytes(b"wheel")
+    args = {"src": str(tmp_path / "build" / "apex.whl"), "user": "root", "dest": str(tmp_path / "cache")}
+    tasks = [{"stack_take": args, "check_mode": True}, {"stack_take": args}]
+    return run_tasks("stack_take", tasks, tmp_path)
+
+
 def verl_patch_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict]:
     tree = str(request.getfixturevalue("verl_041"))
     tasks = [
@@ -266,6 +274,7 @@ RUNS: dict[str, Callable[[Path, pytest.FixtureRequest], list[dict]]] = {
     "disk_space": disk_space_runs,
     "host_lock": host_lock_runs,
     "layer_state": layer_state_runs,
+    "stack_take": stack_take_runs,
     "stack_tree": stack_tree_runs,
     "stack_wait": stack_wait_runs,
     "verl_patch": verl_patch_runs,

@@ -7,8 +7,12 @@ link into a file, drops the mode or hands a user's file to root.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pwd
+import shutil
 import stat
+import tempfile
 import sys
 from pathlib import Path
 
@@ -82,3 +86,98 @@ def test_a_failed_write_leaves_the_old_file(tmp_path, monkeypatch):
         stack_files.replace_keeping(str(path), b"new\n")
     assert path.read_text() == "old\n"
     assert sorted(os.listdir(tmp_path)) == ["record.json"]
+
+
+NOBODY = pwd.getpwnam("nobody")
+
+
+def test_a_link_swapped_in_for_the_temporary_file_is_not_followed(tmp_path, monkeypatch):
+    """The attack on root's write: between the temporary file's creation and its chmod, its name
+    is swapped for a link to a file of root's. Broken case: os.chmod(tmp) followed the link and
+    made that file 0644 (/etc/shadow, in the review). The mode is now set through the descriptor."""
+    victim = tmp_path / "shadow"
+    victim.write_text("secret\n")
+    victim.chmod(0o600)
+    state = tmp_path / "layers"
+    state.mkdir()
+    real = os.fsync
+
+    def swap(fd: int) -> None:
+        for name in os.listdir(state):
+            if name.endswith(".tmp"):
+                os.unlink(state / name)
+                os.symlink(victim, state / name)
+        real(fd)
+
+    monkeypatch.setattr(stack_files.os, "fsync", swap)
+    stack_files.atomic_write(str(state / "cuda.json"), "{}\n")
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600 and victim.read_text() == "secret\n"
+
+
+def test_root_writes_its_records_only_where_no_one_else_can(tmp_path):
+    users = tmp_path / "miniforge3"
+    users.mkdir()
+    os.chown(users, NOBODY.pw_uid, NOBODY.pw_gid)
+    with pytest.raises(stack_files.UnsafePath, match="owned by uid %d" % NOBODY.pw_uid):
+        stack_files.atomic_write(str(users / ".verl-p40-tree"), "{}\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(stack_files.UnsafePath, match="writable by everyone"):
+        stack_files.atomic_write(str(shared / "lock"), "{}\n")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    with pytest.raises(stack_files.UnsafePath, match="is a link"):
+        stack_files.atomic_write(str(link / "cuda.json"), "{}\n")
+    assert os.listdir(users) == [] and os.listdir(shared) == []
+
+
+@pytest.fixture
+def users_tree():
+    """A directory of the user's that the user can reach (pytest's tmp_path is root's, 0700)."""
+    base = Path(tempfile.mkdtemp(prefix="verl-p40-test-"))
+    base.chmod(0o755)
+    tree = base / "build"
+    tree.mkdir()
+    os.chown(tree, NOBODY.pw_uid, NOBODY.pw_gid)
+    yield tree
+    shutil.rmtree(base)
+
+
+def test_a_file_is_taken_from_a_users_tree_with_that_users_rights(tmp_path, users_tree):
+    tree = users_tree
+    wheel = tree / "apex-0.1-cp310-cp310-linux_x86_64.whl"
+    wheel.write_bytes(b"PK wheel bytes")
+    os.chown(wheel, NOBODY.pw_uid, NOBODY.pw_gid)
+    cache = tmp_path / "cache"
+    digest, size = stack_files.take_as(str(wheel), NOBODY.pw_uid, NOBODY.pw_gid, str(cache), wheel.name)
+    assert (digest, size) == (hashlib.sha256(b"PK wheel bytes").hexdigest(), 14)
+    taken = cache / wheel.name
+    assert taken.read_bytes() == b"PK wheel bytes" and taken.stat().st_uid == 0
+    assert stat.S_IMODE(taken.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("plant", ["link", "fifo", "root-only", "hardlink"])
+def test_what_the_user_plants_in_place_of_the_file_is_refused(tmp_path, users_tree, plant):
+    """A link to a root-only file, a FIFO (a read would hang the run) or a root-only file in the
+    user's tree: nothing is read or copied. Broken cases: a copy by path as root (follows the link,
+    reads the root-only file) or an open without O_NONBLOCK (hangs on the FIFO)."""
+    tree = users_tree
+    secret = tree.parent / "secret"
+    secret.write_text("root only\n")
+    secret.chmod(0o600)
+    planted = tree / "apex.whl"
+    if plant == "link":
+        planted.symlink_to(secret)
+    elif plant == "fifo":
+        os.mkfifo(planted)
+    elif plant == "hardlink":
+        os.link(secret, planted)
+    else:
+        planted.write_text("root only\n")
+        planted.chmod(0o600)
+    cache = tmp_path / "cache"
+    with pytest.raises((stack_files.UnsafePath, PermissionError)):
+        stack_files.take_as(str(planted), NOBODY.pw_uid, NOBODY.pw_gid, str(cache), "apex.whl")
+    assert not (cache / "apex.whl").exists()
+    assert os.geteuid() == 0 and os.getegid() == 0  # root again after the user's open
