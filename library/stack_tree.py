@@ -549,7 +549,8 @@ def state_present(module: AnsibleModule, tree: Tree, p: dict, result: dict, fore
     result.update(changed=changed, ours=True)
     if not module.check_mode and changed:
         parent, name = os.path.split(tree.resolved)
-        with opened_dir(parent) as pfd:
+        # Missing directories above it are made (root's, 0755) one at a time, never through a link.
+        with opened_dir(parent, create_mode=0o755) as pfd:
             if not tree.exists:
                 os.mkdir(name, mode, dir_fd=pfd)
             fd = os.open(name, DIR_FLAGS, dir_fd=pfd)

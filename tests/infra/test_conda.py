@@ -25,6 +25,18 @@ def test_env_and_work_dir_belong_to_the_user(host, stack):
         assert host.file(path).user == stack["stack_user"], path
 
 
+def test_root_wrote_nothing_into_the_users_miniforge(host, stack):
+    """Root claims the prefix in its own state directory (library/stack_tree.py), never by a file
+    in the tree, which is the training user's to swap under it. Broken case: the marker file
+    .verl-p40-tree that root wrote there (the review's chmod-through-a-link attack)."""
+    prefix = stack["stack_conda_prefix"]
+    assert host.file(prefix).user == stack["stack_user"]
+    owned_by_root = host.check_output("find %s -xdev -user root -print -quit" % prefix)
+    assert owned_by_root == ""
+    claims = json.loads(host.file(stack["stack_state_dir"] + "/trees/conda.json").content_string)
+    assert [claim["path"] for claim in claims["trees"]] == [prefix]
+
+
 def test_condarc_uses_conda_forge_only(host, stack):
     condarc = host.file(stack["stack_conda_prefix"] + "/.condarc").content_string
     assert "conda-forge" in condarc

@@ -355,3 +355,8 @@ def test_root_scratch_space_is_private_and_under_root_only_directories(tmp_path)
     linked = module(tmp_path, path=str(tmp_path / "linked" / "cuda-installer"), state="present", private=True)
     assert linked["_rc"] != 0 and "reached through a link" in linked["msg"]
     assert list(elsewhere.iterdir()) == [] and list((tmp_path / "shared").iterdir()) == []
+
+
+def test_a_claim_makes_the_directories_above_it(tmp_path):
+    tree = tmp_path / "opt" / "cudnn" / "8.9.7.29-cuda11.partial"
+    assert module(tmp_path, path=str(tree), state="present", layer="cudnn")["changed"] and tree.is_dir()
