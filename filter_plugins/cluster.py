@@ -19,8 +19,10 @@ cluster, each message naming the host and what to change:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -150,11 +152,27 @@ def ray_probe_problems(result: dict[str, Any], expected: dict[str, dict[str, Any
     return ray_cluster_problems(seen.get("nodes") or [], expected, ports)
 
 
+def _control_character(text: str) -> str | None:
+    """The stack's one rule for control characters (filter_plugins/control.py), loaded from the file
+    beside this one: Ansible loads each filter plugin file by its path, not as a package module."""
+    global _CONTROL_CHARACTER
+    if _CONTROL_CHARACTER is None:
+        spec = importlib.util.spec_from_file_location("verl_p40_control", Path(__file__).with_name("control.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _CONTROL_CHARACTER = module.control_character
+    return _CONTROL_CHARACTER(text)
+
+
+_CONTROL_CHARACTER = None
+
+
 def _one_line(value: Any, where: str, line: str) -> str:
     """The value as text; a control character (a newline would start another line) is refused."""
     text = str(value)
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise AnsibleFilterError("%s holds a control character (a newline?): %s cannot carry it" % (where, line))
+    found = _control_character(text)
+    if found:
+        raise AnsibleFilterError("%s holds a control character (%s): %s cannot carry it" % (where, found, line))
     return text
 
 

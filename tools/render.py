@@ -45,6 +45,8 @@ from ansible.parsing.dataloader import DataLoader  # noqa: E402
 from ansible.template import Templar, trust_as_template  # noqa: E402
 
 sys.path.insert(0, str(REPO / "filter_plugins"))
+from control import WHY as CONTROL_WHY  # noqa: E402
+from control import control_character_problems  # noqa: E402
 from launcher import launcher_env_problems  # noqa: E402
 from nvidia import gpus_picked, nvidia_smi_gpus, nvidia_smi_p2p  # noqa: E402
 
@@ -178,6 +180,32 @@ def load_variables(extra_vars: dict[str, Any] | None = None) -> tuple[DataLoader
     return loader, data
 
 
+def spec_options() -> list[str]:
+    """Every option of every entry point of every role (roles/*/meta/argument_specs.yml) but the
+    no_log ones: the names preflight checks for control characters (tasks/control_characters.yml)."""
+    names: list[str] = []
+    for spec in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
+        for entry in (yaml.safe_load(spec.read_text()).get("argument_specs") or {}).values():
+            for name, option in ((entry or {}).get("options") or {}).items():
+                if name not in names and not (option or {}).get("no_log"):
+                    names.append(name)
+    return names
+
+
+def input_control_problems(templar: Templar, data: dict[str, Any]) -> list[str]:
+    """The control characters in the options this render has, as preflight reports them."""
+    problems: list[str] = []
+    for name in spec_options():
+        if name not in data:
+            continue
+        try:
+            value = templar.template(data[name])
+        except AnsibleError:
+            continue  # needs a play (ansible_run_tags, a lookup): the launcher's templates do not read it
+        problems += control_character_problems(value, name)
+    return problems
+
+
 def render(profile: str, out_dir: Path, extra_vars: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write train.sh and train.env for a profile into out_dir; return their paths."""
     loader, data = load_variables(extra_vars)
@@ -199,6 +227,10 @@ def render(profile: str, out_dir: Path, extra_vars: dict[str, Any] | None = None
     problems = launcher_env_problems(templar.template(data.get("train_extra_env")), "train_extra_env")
     if problems:
         raise ValueError("; ".join(problems))
+    # No control character in any option the templates may read (preflight makes the same check on a host).
+    problems = input_control_problems(templar, data)
+    if problems:
+        raise ValueError("; ".join(problems) + ": " + CONTROL_WHY)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = {}
     for name, (source, mode) in TEMPLATES.items():

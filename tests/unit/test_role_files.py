@@ -42,6 +42,11 @@ ALLOWED_ESCAPES = {
         "roles/preflight/tasks/layer_specs.yml",
         '__preflight_spec: "{{ role_path | dirname }}/{{ item }}/meta/argument_specs.yml"',
     ),
+    # Every role's spec, for the control character check of every option.
+    (
+        "roles/preflight/tasks/control_characters.yml",
+        "{%- for spec in query('ansible.builtin.filetree', role_path | dirname)",
+    ),
 }
 
 COPY_MODULES = {"copy": "files", "ansible.builtin.copy": "files"}
