@@ -10,9 +10,20 @@ from ansible.errors import AnsibleFilterError
 
 
 def stack_artifact(
-    manifest: dict[str, Any], key: str, overrides: dict[str, Any] | None = None, mirror_url: str = ""
+    manifest: dict[str, Any],
+    key: str,
+    overrides: dict[str, Any] | None = None,
+    mirror_url: str = "",
+    credentials: bool = False,
+    require_sha256: bool = True,
 ) -> dict[str, Any]:
-    """Return one manifest entry with its overrides merged and its download URL resolved."""
+    """Return one manifest entry with its overrides merged and its download URL resolved.
+
+    ``source`` is where it is fetched from: ``<mirror_url>/<file>`` (a query of the mirror URL
+    follows the file name), else the entry's ``url``. ``source`` and ``url`` are url_redacted
+    (the file name kept), since the entry becomes a fact that -v prints; ``credentials=True``
+    keeps them as they are, for the download task alone (no_log). ``require_sha256=False`` lets an
+    entry without a sha256 through (an install its role's opt-out allows unverified)."""
     if key not in manifest:
         raise AnsibleFilterError(
             "artifact '%s' is not in stack_artifacts (roles/stack/defaults/main/artifacts.yml); known: %s"
@@ -20,17 +31,24 @@ def stack_artifact(
         )
     entry = dict(manifest[key])
     entry.update((overrides or {}).get(key) or {})
-    for field in ("file", "url", "sha256"):
+    for field in ("file", "url", "sha256") if require_sha256 else ("file", "url"):
         if not entry.get(field):
             raise AnsibleFilterError("artifact '%s' has no %s in the manifest" % (key, field))
-    sha = str(entry["sha256"]).lower()
-    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+    sha = str(entry.get("sha256") or "").lower()
+    if (sha or require_sha256) and (len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
         raise AnsibleFilterError("artifact '%s': sha256 '%s' is not 64 hex digits" % (key, sha))
     if "/" in entry["file"] or entry["file"] in ("", ".", ".."):
         raise AnsibleFilterError("artifact '%s': file '%s' must be a plain file name" % (key, entry["file"]))
     entry["sha256"] = sha
     entry["key"] = key
-    entry["source"] = (mirror_url.rstrip("/") + "/" + entry["file"]) if mirror_url else entry["url"]
+    if mirror_url:
+        base, mark, query = str(mirror_url).partition("?")
+        entry["source"] = base.rstrip("/") + "/" + entry["file"] + mark + query
+    else:
+        entry["source"] = entry["url"]
+    if not credentials:
+        entry["source"] = url_redacted(entry["source"], keep_last=True)
+        entry["url"] = url_redacted(entry["url"], keep_last=True)
     return entry
 
 
@@ -79,20 +97,118 @@ def pip_check_problems(result: dict[str, Any], allowed: list[str] | None = None)
 # scheme://userinfo@host...: the userinfo (a user and a password or token) is what to hide.
 # The userinfo runs to the authority's last "@" (a password may hold an unencoded "@"; the host cannot).
 _URL_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+_URL_PARTS = re.compile(
+    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:(?P<userinfo>[^/?#]*)@)?(?P<host>[^/?#]*)"
+    r"(?P<path>[^?#]*)(?:\?(?P<query>[^#]*))?(?:#(?P<fragment>.*))?$",
+    re.DOTALL,
+)
+# A path segment that is a token: the one after a "t" segment (conda's and anaconda.org's
+# https://host/t/<token>/...), or one of 16 characters or more, of the characters a token is made
+# of, with a digit or a capital letter in it (Cloudsmith's and Gemfury's https://host/<token>/...).
+_TOKEN_SEGMENT = re.compile(r"^(?=.*[0-9A-Z])[A-Za-z0-9._~%+=-]{16,}$")
+REDACTED = "***"
 
 
-def url_redacted(url: Any) -> str:
-    """The URL with any credentials in it (``user:password@``) replaced by ``***@``.
+def _url_parts(url: Any) -> dict[str, str] | None:
+    match = _URL_PARTS.match(str(url or ""))
+    return match.groupdict() if match else None
 
-    For state records, messages and logs: a pip index or git URL of a private mirror may
+
+def _path_tokens(path: str) -> list[int]:
+    """The indexes of the path's segments (path.split("/")) that are tokens."""
+    segments = path.split("/")
+    return [
+        i
+        for i, segment in enumerate(segments)
+        if (i > 0 and segments[i - 1] == "t" and segment) or _TOKEN_SEGMENT.match(segment)
+    ]
+
+
+def url_redacted(url: Any, keep_last: bool = False) -> str:
+    """The URL with what may be a credential in it replaced by ``***``: its userinfo
+    (``user:password@``), every value of its query (``?token=***``), its fragment, and each path
+    segment that is a token (the one after a ``/t/`` segment, or one of 16 or more characters with a
+    digit or a capital letter in it). ``keep_last`` keeps the last path segment (a file name the
+    caller appended). A string that is not a URL comes back as it is.
+
+    For state records, messages and logs: a pip index, mirror or git URL of a private server may
     carry a token, and those places are readable by more than its owner.
     """
-    return _URL_USERINFO.sub(r"\1***@", str(url or ""))
+    parts = _url_parts(url)
+    if parts is None:
+        return str(url or "")
+    shown = parts["scheme"] + (REDACTED + "@" if parts["userinfo"] is not None else "") + parts["host"]
+    segments = parts["path"].split("/")
+    last = len(segments) - 1
+    for i in _path_tokens(parts["path"]):
+        if not (keep_last and i == last):
+            segments[i] = REDACTED
+    shown += "/".join(segments)
+    if parts["query"] is not None:
+        pairs = [
+            (pair.split("=", 1)[0] + "=" + REDACTED) if "=" in pair else (REDACTED if pair else "")
+            for pair in parts["query"].split("&")
+        ]
+        shown += "?" + "&".join(pairs)
+    if parts["fragment"] is not None:
+        shown += "#" + REDACTED
+    return shown
+
+
+def url_secrets(url: Any) -> list[str]:
+    """What url_redacted hides of a URL, as it is written and percent-decoded: the password (or the
+    user, where the userinfo holds a token alone), the query's values, the fragment and the path's
+    tokens. Longest first, so a text_redacted replaces a secret before any part of it."""
+    parts = _url_parts(url)
+    if parts is None:
+        return []
+    found = []
+    if parts["userinfo"]:
+        user, _, password = parts["userinfo"].partition(":")
+        found += [parts["userinfo"], password or user]
+    if parts["query"]:
+        found += [pair.split("=", 1)[-1] for pair in parts["query"].split("&")]
+    if parts["fragment"]:
+        found.append(parts["fragment"])
+    segments = parts["path"].split("/")
+    found += [segments[i] for i in _path_tokens(parts["path"])]
+    # Shorter than 4 characters: not worth shredding every word that holds it (and no real token).
+    found = [secret for secret in found if len(secret) >= 4]
+    found += [unquote(secret) for secret in found]
+    # Longest first; equal lengths in their order of appearance (a set has none).
+    return sorted(dict.fromkeys(found), key=len, reverse=True)
+
+
+def text_redacted(text: Any, *urls: Any) -> str:
+    """The text (a message, a tool's output) with each of these URLs, and each secret in them
+    (url_secrets), replaced: a URL by its url_redacted form, a secret by ``***``. ``urls`` may be
+    strings or lists of them; empty ones are skipped."""
+    shown = str(text if text is not None else "")
+    flat: list[str] = []
+    for url in urls:
+        flat += [str(u) for u in url if u] if isinstance(url, (list, tuple)) else ([str(url)] if url else [])
+    for url in sorted(flat, key=len, reverse=True):
+        for form in (url, url_without_credentials(url)):
+            if len(form) >= 4:
+                shown = shown.replace(form, url_redacted(form))
+    for url in flat:
+        for secret in url_secrets(url):
+            shown = shown.replace(secret, REDACTED)
+    return shown
 
 
 def url_without_credentials(url: Any) -> str:
     """The URL with its ``user:password@`` part removed: what git or pip may be given on a command line."""
     return _URL_USERINFO.sub(r"\1", str(url or ""))
+
+
+def url_credentials(url: Any) -> dict[str, str]:
+    """The URL's userinfo, percent-decoded, as ``{"user": ..., "password": ...}`` (empty strings
+    when it has none): for a module's username and no_log password parameters, so the URL it is
+    given carries no credentials."""
+    parts = _url_parts(url) or {}
+    user, _, password = (parts.get("userinfo") or "").partition(":")
+    return {"user": unquote(user), "password": unquote(password)}
 
 
 def git_credential_line(url: Any) -> str:
@@ -147,6 +263,9 @@ class FilterModule:
             "pip_check_problems": pip_check_problems,
             "url_redacted": url_redacted,
             "url_without_credentials": url_without_credentials,
+            "url_credentials": url_credentials,
+            "url_secrets": url_secrets,
+            "text_redacted": text_redacted,
             "git_credential_line": git_credential_line,
             "stack_summary": stack_summary,
         }

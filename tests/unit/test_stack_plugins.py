@@ -20,7 +20,10 @@ from stack import (  # noqa: E402
     pip_check_problems,
     stack_artifact,
     stack_summary,
+    text_redacted,
+    url_credentials,
     url_redacted,
+    url_secrets,
     url_without_credentials,
 )
 
@@ -156,7 +159,7 @@ def test_pip_check_of_a_real_env(tmp_path):
         ("https://tok@mirror.example/whl/cu118", "https://***@mirror.example/whl/cu118"),
         # an "@" in the password, unencoded: all of it is hidden, up to the host
         ("https://ci:p@ss@mirror.example/simple", "https://***@mirror.example/simple"),
-        ("https://ci:p@ss@mirror.example?x=a@b", "https://***@mirror.example?x=a@b"),
+        ("https://ci:p@ss@mirror.example?x=a@b", "https://***@mirror.example?x=***"),
         # no credentials: unchanged, an @ later in the path included
         ("https://mirror.example/whl/cu118", "https://mirror.example/whl/cu118"),
         ("https://mirror.example/a@b", "https://mirror.example/a@b"),
@@ -166,6 +169,73 @@ def test_pip_check_of_a_real_env(tmp_path):
 )
 def test_url_redacted(url, shown):
     assert url_redacted(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        # every query value, and a bare query word; the keys stay
+        ("https://mirror.example/repo?token=s3cr3tvalue&x=1", "https://mirror.example/repo?token=***&x=***"),
+        ("https://mirror.example/repo?s3cr3tvalue", "https://mirror.example/repo?***"),
+        # conda's token path, and a path segment shaped like a token (Cloudsmith, Gemfury)
+        ("https://conda.example/t/abc-123/conda-forge", "https://conda.example/t/***/conda-forge"),
+        ("https://pypi.example/AbCdEf1234567890/org/simple/", "https://pypi.example/***/org/simple/"),
+        ("https://u:pw@pypi.example/AbCdEf1234567890/simple?t=x#frag", "https://***@pypi.example/***/simple?t=***#***"),
+        # ordinary segments stay: lower case words, short versions, release names
+        ("https://download.pytorch.org/whl/cu118", "https://download.pytorch.org/whl/cu118"),
+        ("https://mirror.example/pypi-remote-virtual/simple", "https://mirror.example/pypi-remote-virtual/simple"),
+        ("not a url", "not a url"),
+    ],
+)
+def test_url_redacted_hides_query_and_path_tokens(url, shown):
+    assert url_redacted(url) == shown
+
+
+def test_the_artifact_fact_holds_no_credentials():
+    # The entry becomes a fact that -v prints: the mirror's userinfo, query and path token are hidden
+    # there; only credentials=True (the no_log download task) gets the URL whole, its query after the file.
+    mirror = "https://ci:Tok3n@mirror.example/t/abc-123/verl-p40?token=q5ecret"
+    shown = stack_artifact(MANIFEST, "cudnn_archive", mirror_url=mirror)
+    whole = stack_artifact(MANIFEST, "cudnn_archive", mirror_url=mirror, credentials=True)
+    file = MANIFEST["cudnn_archive"]["file"]
+    assert shown["source"] == "https://***@mirror.example/t/***/verl-p40/%s?token=***" % file
+    assert whole["source"] == "https://ci:Tok3n@mirror.example/t/abc-123/verl-p40/%s?token=q5ecret" % file
+    assert not any(secret in str(shown) for secret in ("Tok3n", "abc-123", "q5ecret"))
+    # an overridden vendor URL with a token: the same
+    entry = stack_artifact(
+        MANIFEST, "cudnn_archive", {"cudnn_archive": {"url": "https://tok3nABC@dl.example/x/" + file}}
+    )
+    assert entry["source"] == entry["url"] == "https://***@dl.example/x/" + file
+    # an entry without sha256 passes only when asked (an opt-out's unverified install)
+    with pytest.raises(AnsibleFilterError, match="has no sha256"):
+        stack_artifact(MANIFEST, "vllm_wheel")
+    assert stack_artifact(MANIFEST, "vllm_wheel", require_sha256=False)["sha256"] == ""
+
+
+def test_url_credentials_are_decoded_for_the_module():
+    assert url_credentials("https://ci:p%40ss@mirror.example/x") == {"user": "ci", "password": "p@ss"}
+    assert url_credentials("https://ci:p@ss@mirror.example/x") == {"user": "ci", "password": "p@ss"}
+    assert url_credentials("https://__token__:glpat-xyz@git.example/x") == {
+        "user": "__token__",
+        "password": "glpat-xyz",
+    }
+    assert url_credentials("https://mirror.example/a@b") == {"user": "", "password": ""}
+
+
+def test_text_redacted_scrubs_urls_and_their_secrets():
+    index = "https://__token__:glpat-S3cret@pypi.example/AbCdEf1234567890/simple"
+    extra = ["https://pypi2.example/simple?token=q5ecret%21"]
+    output = (
+        "Looking in indexes: https://pypi.example/AbCdEf1234567890/simple, https://pypi2.example/simple?token=q5ecret%21\n"
+        "ERROR: 401 for __token__:glpat-S3cret and q5ecret! and AbCdEf1234567890"
+    )
+    shown = text_redacted(output, index, extra, "", None)
+    for secret in ("glpat-S3cret", "AbCdEf1234567890", "q5ecret"):
+        assert secret not in shown, shown
+    assert "https://pypi.example/***/simple" in shown and "https://pypi2.example/simple?token=***" in shown
+    # the secrets, as written and decoded, longest first
+    assert url_secrets("https://u:p%40ssw0rd@h.example/x") == ["u:p%40ssw0rd", "p%40ssw0rd", "u:p@ssw0rd", "p@ssw0rd"]
+    assert text_redacted("nothing to hide", "") == "nothing to hide"
 
 
 @pytest.mark.parametrize(
