@@ -11,19 +11,28 @@ short_description: Take, release or inspect the host's run lock of the stack
 description:
   - Two runs against one host could delete a prefix under each other and record a broken tree
     as complete. Every stage playbook takes this lock before its first layer and the end-of-run
-    summary releases it.
+    summary releases it; the layer_state module of this project refuses to read or change a layer
+    unless the lock names its run, so a run that skipped the lock tasks changes nothing.
   - The lock is a JSON file (O(path)) naming the run that holds it (O(run)), its controller, the
     controller's process id, the user, the start time and the host's boot id. It is created
-    atomically (a hard link that fails when the file exists), mode 0644, owned by root.
-  - A lock held by the same run is taken again (stages of one run). A lock from before the host's
-    last reboot is stale and taken over. A lock whose holder the controller found dead is taken
-    over when its run id is given in O(takeover). Any other lock fails the run at once, with the
-    holder in the message.
+    atomically (a hard link that fails when the file exists), mode 0644, owned by root. Every
+    decision to take it, take it over or give it back is made under an exclusive C(flock) of its
+    directory, so two runs that find the same stale lock cannot both take it over.
+  - A lock held by the same run is taken again (stages of one run). A lock is taken over only when
+    its holder is provably gone, or when the user names it. Provably gone means the host rebooted
+    since the lock was taken, or the controller found the holder's ansible-playbook process gone
+    (O(takeover); the stack_run lookup of this project can tell only for a holder of the same
+    controller machine, boot and process-id namespace). Named means O(break_lock) is the holder's
+    run id, exactly. Any other lock fails the run at once, with the holder in the message.
+  - A lock file that cannot be read as a lock (not JSON, or no run id; damage, or another program's
+    file) fails the run with its path; it is taken over only with O(break_lock=unreadable).
   - The long steps of a run (the CUDA installer, pip, the Apex build, downloads) go on in the
-    background on the host when the controller dies, so a run whose controller is gone may still be
-    at work there. Those steps carry C(VERL_P40_RUN=<run id>) in their environment; a lock whose
-    holder still has such a process on the host is not taken over (a reboot ends them), and the
-    message names the processes to wait for or stop.
+    background on the host when the controller dies, and any step may outlive a killed controller,
+    so a run whose controller is gone may still be at work there. Every task of a stage carries
+    C(VERL_P40_RUN=<run id>) in its environment; a lock whose holder still has such a process on
+    the host is not taken over, not even with O(break_lock) (a reboot ends them), and the message
+    names the processes to wait for or stop. O(break_lock=unreadable) is refused while any run's
+    process is on the host.
   - Run bookkeeping, not a change of the host, so the module reports C(changed=false).
 options:
   path:
@@ -33,7 +42,8 @@ options:
   run:
     description:
       - This run's identity, as the stack_run lookup of this project returns it; C(id) is required,
-        C(controller), C(pid), C(user) and C(started) name the holder in messages.
+        C(controller), C(pid), C(user) and C(started) name the holder in messages, C(ticks) and
+        C(instance) let a later run of the same controller find out whether this one is gone.
     type: dict
     required: true
   state:
@@ -45,7 +55,17 @@ options:
     choices: [acquired, released, query]
     default: acquired
   takeover:
-    description: The run id of a lock the caller found stale (its controller process is gone).
+    description:
+      - The run id of a holder the controller found gone (its ansible-playbook process no longer runs
+        there). Taken over when it is the holder's id and none of its steps runs on the host.
+    type: str
+    default: ""
+  break_lock:
+    description:
+      - The user's C(-e break_lock=<run id>), to take over a lock whose holder cannot be checked from
+        this controller (another machine, or a lock of an older version) and is known to be gone.
+        Taken over only when it is exactly the holder's id and none of its steps runs on the host.
+      - V(unreadable) takes over a lock file that cannot be read, when no process of any run is on the host.
     type: str
     default: ""
 extends_documentation_fragment:
@@ -74,20 +94,22 @@ EXAMPLES = r"""
   host_lock:
     path: /var/lib/verl-p40/run.lock
     run: "{{ stack_run }}"
+    break_lock: "{{ break_lock | default('') }}"
 """
 
 RETURN = r"""
 holder:
   description:
     - The lock's content after the module ran; V({}) when nobody holds it.
-    - A lock file that cannot be read as a JSON object gives RV(holder.unreadable=true) and an empty RV(holder.id).
+    - A lock file that cannot be read as a lock gives RV(holder.unreadable=true), an empty RV(holder.id)
+      and the reason in RV(holder.error).
   type: dict
   returned: always
   contains:
     id:
       description: The holder's run id.
       type: str
-      sample: ctl-4242-123456
+      sample: ctl-4242-5f0c9a1e3b7d2c68
     controller:
       description: The host name of the holder's controller.
       type: str
@@ -96,6 +118,14 @@ holder:
       description: The process id of the holder's ansible-playbook on its controller.
       type: int
       sample: 4242
+    ticks:
+      description: That process's start time on its controller (clock ticks since boot).
+      type: str
+      sample: "123456"
+    instance:
+      description: A digest of the holder's controller machine id, boot id and process-id namespace.
+      type: str
+      sample: 9d2f6b1c1f0a2e7d0b5e6f3c3a4e4d0e
     user:
       description: The user who started the holding run.
       type: str
@@ -109,16 +139,20 @@ holder:
       type: str
       sample: 0b5e6f3c-3a4e-4d0e-9d2f-6b1c1f0a2e7d
     unreadable:
-      description: Present and true when the lock file could not be read as a JSON object.
+      description: Present and true when the lock file could not be read as a lock.
       type: bool
       sample: true
+    error:
+      description: Why the lock file could not be read (with RV(holder.unreadable)).
+      type: str
+      sample: "not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
 taken_over:
   description: The stale lock that was replaced, its content as in RV(holder) and why it was stale.
   type: dict
   returned: when O(state=acquired) took over a stale lock
   contains:
     id:
-      description: The stale holder's run id.
+      description: The stale holder's run id (empty for an unreadable lock).
       type: str
     controller:
       description: The host name of its controller.
@@ -126,6 +160,12 @@ taken_over:
     pid:
       description: The process id of its ansible-playbook.
       type: int
+    ticks:
+      description: That process's start time on its controller.
+      type: str
+    instance:
+      description: Its controller's digest (machine, boot, process-id namespace).
+      type: str
     user:
       description: The user who started it.
       type: str
@@ -135,12 +175,18 @@ taken_over:
     boot_id:
       description: The host's boot id when it took the lock.
       type: str
+    unreadable:
+      description: Present and true when the lock file could not be read (taken over with O(break_lock=unreadable)).
+      type: bool
+    error:
+      description: Why it could not be read.
+      type: str
     reason:
-      description: Why the lock was stale.
+      description: Why the lock was taken over.
       type: str
       sample: the host rebooted since it was taken
   sample:
-    id: ctl-4242-123456
+    id: ctl-4242-5f0c9a1e3b7d2c68
     controller: ctl
     pid: 4242
     user: alice
@@ -149,14 +195,21 @@ taken_over:
     reason: the host rebooted since it was taken
 """
 
+import contextlib
+import fcntl
 import json
 import os
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.stack_files import atomic_write
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+# The value of break_lock that takes over a lock file that cannot be read.
+UNREADABLE = "unreadable"
+# The environment variable that marks every step of a run on the host (the stage playbooks set
+# stack_job_environment, roles/stack/defaults/main/stack.yml, as each play's environment).
+RUN_ENV = "VERL_P40_RUN"
 
 
 def boot_id() -> str:
@@ -168,14 +221,21 @@ def boot_id() -> str:
 
 
 def read_lock(path: str) -> Optional[dict[str, Any]]:
+    """The lock's content; None when there is none; unreadable=true (with the error) when it is not a lock."""
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+            text = handle.read(1 << 16)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
-        return {"id": "", "unreadable": True}
-    return data if isinstance(data, dict) else {"id": "", "unreadable": True}
+    except (OSError, ValueError) as exc:
+        return {"id": "", "unreadable": True, "error": "cannot be read: %s" % exc}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return {"id": "", "unreadable": True, "error": "not JSON: %s" % exc}
+    if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"].strip():
+        return {"id": "", "unreadable": True, "error": "JSON, but no run id in it"}
+    return data
 
 
 def write_new(path: str, data: dict[str, Any], replace: bool) -> bool:
@@ -184,9 +244,25 @@ def write_new(path: str, data: dict[str, Any], replace: bool) -> bool:
     return atomic_write(path, text, 0o644, exclusive=not replace)
 
 
+@contextlib.contextmanager
+def guarded(path: str, create: bool) -> Iterator[None]:
+    """An exclusive flock of the lock's directory (made when missing, with `create`) for the read-decide-write
+    of the lock."""
+    directory = os.path.dirname(path) or "."
+    if create:
+        os.makedirs(directory, 0o755, exist_ok=True)
+    elif not os.path.isdir(directory):
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def describe(holder: dict[str, Any]) -> str:
-    if holder.get("unreadable"):
-        return "an unreadable lock"
     return "run %s of %s@%s (controller pid %s), started %s" % (
         holder.get("id", "?"),
         holder.get("user", "?"),
@@ -196,36 +272,39 @@ def describe(holder: dict[str, Any]) -> str:
     )
 
 
-# The environment variable that marks a run's background steps (roles/stack/defaults/main/stack.yml,
-# stack_job_environment, sets it on each).
-RUN_ENV = "VERL_P40_RUN"
-
-
-def jobs_of(run_id: str, proc: str = "/proc") -> list[tuple[int, str]]:
-    """The processes on this host whose environment names the run: (pid, command line)."""
-    wanted = ("%s=%s" % (RUN_ENV, run_id)).encode()
+def jobs_of(run_id: Optional[str], proc: str = "/proc", but: str = "") -> list[tuple[int, str]]:
+    """The processes on this host whose environment names the run (any run when `run_id` is None, but
+    not `but`): (pid, who and what)."""
+    wanted = ("%s=%s" % (RUN_ENV, run_id)).encode() if run_id is not None else None
+    prefix, skip = ("%s=" % RUN_ENV).encode(), ("%s=%s" % (RUN_ENV, but)).encode()
     found = []
     for entry in os.listdir(proc):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(os.path.join(proc, entry, "environ"), "rb") as handle:
-                if wanted not in handle.read().split(b"\0"):
-                    continue
+                names = handle.read().split(b"\0")
+            if wanted is not None and wanted not in names:
+                continue
+            if wanted is None and not any(n.startswith(prefix) and n != skip for n in names):
+                continue
             with open(os.path.join(proc, entry, "cmdline"), "rb") as handle:
                 command = handle.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            uid = os.stat(os.path.join(proc, entry)).st_uid
         except OSError:
             continue
-        found.append((int(entry), command[:120]))
+        found.append((int(entry), "uid %d: %s" % (uid, command[:120])))
     return sorted(found)
 
 
-def stale_reason(holder: dict[str, Any], takeover: str, current_boot: str) -> Optional[str]:
-    """Why an existing lock may be taken over, or None."""
+def stale_reason(holder: dict[str, Any], takeover: str, break_lock: str, current_boot: str) -> Optional[str]:
+    """Why an existing, readable lock may be taken over, or None."""
     if holder.get("boot_id") and current_boot and holder["boot_id"] != current_boot:
         return "the host rebooted since it was taken"
     if takeover and takeover == holder.get("id"):
-        return "its controller process is gone"
+        return "its ansible-playbook process is gone from its controller"
+    if break_lock and break_lock == holder.get("id"):
+        return "broken with -e break_lock=%s" % break_lock
     return None
 
 
@@ -236,6 +315,7 @@ def main() -> None:
             run=dict(type="dict", required=True),
             state=dict(type="str", choices=["acquired", "released", "query"], default="acquired"),
             takeover=dict(type="str", default=""),
+            break_lock=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -243,29 +323,60 @@ def main() -> None:
     path, run = p["path"], p["run"]
     if not run.get("id"):
         module.fail_json(msg="host_lock: run.id is empty.")
-    holder = read_lock(path)
-    if p["state"] == "query":
+    if p["state"] == "query" or module.check_mode:
+        holder = read_lock(path)
+        if p["state"] == "acquired" and not holder:
+            holder = dict(run, boot_id=boot_id())
         module.exit_json(changed=False, holder=holder or {})
-    if p["state"] == "released":
-        if holder and holder.get("id") == run["id"] and not module.check_mode:
-            os.unlink(path)
-            holder = None
-        module.exit_json(changed=False, holder=holder or {})
+    with guarded(path, create=p["state"] == "acquired"):
+        holder = read_lock(path)
+        if p["state"] == "released":
+            if holder and holder.get("id") == run["id"]:
+                os.unlink(path)
+                holder = None
+            module.exit_json(changed=False, holder=holder or {})
+        acquire(module, path, run, holder)
 
+
+def acquire(module: AnsibleModule, path: str, run: dict[str, Any], holder: Optional[dict[str, Any]]) -> None:
+    p = module.params
     mine = dict(run, boot_id=boot_id())
     if holder and holder.get("id") == run["id"]:
         module.exit_json(changed=False, holder=holder)
-    if module.check_mode:
-        module.exit_json(changed=False, holder=holder or mine)
-    if holder is None and write_new(path, mine, replace=False):
-        module.exit_json(changed=False, holder=mine)
-    holder = read_lock(path) or {}
-    why = stale_reason(holder, p["takeover"], mine["boot_id"])
-    jobs = jobs_of(str(holder.get("id", ""))) if why and holder.get("id") else []
+    if holder is None:
+        if write_new(path, mine, replace=False):
+            module.exit_json(changed=False, holder=mine)
+        holder = read_lock(path) or {}
+    if holder.get("unreadable"):
+        if p["break_lock"] != UNREADABLE:
+            module.fail_json(
+                msg="The host's run lock %s cannot be read (%s). It may be a lock of another version of this "
+                "project, or a damaged file. Make sure no run of the stack is at work on this host (no "
+                "ansible-playbook of it on any controller; on the host, no process with %s= in its environment: "
+                "grep -l %s= /proc/[0-9]*/environ), then remove the file (rm %s) or rerun with -e break_lock=%s."
+                % (path, holder.get("error", "?"), RUN_ENV, RUN_ENV, path, UNREADABLE),
+                holder=holder,
+            )
+        jobs = jobs_of(None, but=run["id"])
+        if jobs:
+            module.fail_json(
+                msg="-e break_lock=%s: the host's run lock %s cannot be read, and steps of a run of the stack still "
+                "run on this host: %s. Wait for them to end (or stop them: kill %s), then rerun."
+                % (UNREADABLE, path, "; ".join("pid %d (%s)" % job for job in jobs), " ".join(str(j) for j, _ in jobs)),
+                holder=holder,
+            )
+        write_new(path, mine, replace=True)
+        module.exit_json(
+            changed=False, holder=mine, taken_over=dict(holder, reason="unreadable, broken with -e break_lock")
+        )
+    why = stale_reason(holder, p["takeover"], p["break_lock"], mine["boot_id"])
+    # A reboot ends every step of the holder; otherwise one may still run here.
+    rebooted = why == "the host rebooted since it was taken"
+    jobs = jobs_of(str(holder.get("id"))) if why and not rebooted else []
     if jobs:
         module.fail_json(
-            msg="The run %s is gone from its controller, but its background steps still run on this host: %s. "
-            "Wait for them to end (or stop them: kill %s), then rerun; taking the lock now would let this run "
+            msg="The run %s is gone from its controller (or you broke its lock), but its steps still run on this host: "
+            "%s. Wait for them to end (or stop them: kill %s), then rerun; taking the lock now would let this run "
             "rebuild a layer under them."
             % (
                 holder.get("id"),
@@ -277,10 +388,17 @@ def main() -> None:
     if why:
         write_new(path, mine, replace=True)
         module.exit_json(changed=False, holder=mine, taken_over=dict(holder, reason=why))
+    wrong = (
+        " (-e break_lock=%s does not name it: give the holder's run id exactly)" % p["break_lock"]
+        if p["break_lock"]
+        else ""
+    )
     module.fail_json(
-        msg="Another run of the stack holds this host: %s (lock %s). Wait for it to finish. If it is no longer "
-        "running (killed, or its controller is gone), rerun with -e stack_lock_takeover=%s."
-        % (describe(holder), path, holder.get("id", "")),
+        msg="Another run of the stack holds this host: %s (lock %s)%s. Wait for it to finish. A run of this "
+        "controller that is gone is taken over by itself; this one cannot be checked from here (another machine, "
+        "perhaps with the same host name, or a lock of an older version), or is still running. If you know it is "
+        "no longer running (killed, or its controller is gone), rerun with -e break_lock=%s."
+        % (describe(holder), path, wrong, holder.get("id", "")),
         holder=holder,
     )
 

@@ -123,12 +123,23 @@ options:
     type: list
     elements: path
     default: []
+  lock_file:
+    description:
+      - The host's run lock (the host_lock module of this project). When set, every call but a check-mode one
+        (O(state=query), V(building), V(present) and V(snapshot)) fails unless the lock file names O(run), so a run that
+        skipped the stage playbooks' lock tasks (C(--skip-tags always), C(--start-at-task)), or whose lock another
+        run took over, reads and changes no layer. The stage playbooks set it (C(stack_layer_args)); empty, as
+        for a call outside them, checks nothing.
+    type: path
+    default: ""
 extends_documentation_fragment:
   - action_common_attributes
 attributes:
   check_mode:
     support: full
-    details: Writes nothing; returns the decision, the fingerprint, the fact and the diff a normal run would.
+    details:
+      - Writes nothing; returns the decision, the fingerprint, the fact and the diff a normal run would.
+      - Does not check O(lock_file): a check-mode run takes no lock.
   diff_mode:
     support: full
     details: O(state=building) and O(state=present) show the state file before and after (as JSON).
@@ -398,6 +409,28 @@ def read_state(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {"status": "unreadable"}
 
 
+def lock_refusal(lock_file: str, run: str) -> str | None:
+    """Why this run may not touch a layer under the host lock `lock_file`, or None when the lock names `run`."""
+    try:
+        with open(lock_file, encoding="utf-8") as handle:
+            holder = json.load(handle)
+    except FileNotFoundError:
+        held = "nobody holds it"
+    except (OSError, ValueError) as exc:
+        held = "it cannot be read: %s" % exc
+    else:
+        found = holder.get("id") if isinstance(holder, dict) else None
+        if run and found == run:
+            return None
+        held = "run %s holds it" % found if isinstance(found, str) and found else "it names no run"
+    return (
+        "this run (%s) does not hold the host's run lock %s (%s), so it changes no layer. Either the lock tasks "
+        "were skipped (--skip-tags always, --start-at-task: pick layers with --tags <layer> instead; the lock "
+        "tasks are tagged always and run with any --tags), or another run took the lock over from this one "
+        "(-e break_lock): let that run finish, then rerun." % (run or "no run id", lock_file, held)
+    )
+
+
 def state_text(data: dict[str, Any]) -> str:
     """The state file's content; also what the diff shows, so a diff is the file's own change."""
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
@@ -516,11 +549,16 @@ def main() -> None:
             step=dict(type="str", default=""),
             verify=dict(type="raw", default=""),
             files=dict(type="list", elements="path", default=[]),
+            lock_file=dict(type="path", default=""),
         ),
         required_if=[("state", "query", ["name"]), ("state", "building", ["name"]), ("state", "present", ["name"])],
         supports_check_mode=True,
     )
     p = module.params
+    # Every call of a stage holds the host lock (check mode takes none and changes nothing).
+    refusal = lock_refusal(p["lock_file"], p["run"]) if p["lock_file"] and not module.check_mode else None
+    if refusal:
+        module.fail_json(msg="layer %s: %s" % (p["name"] or "records", refusal))
     if p["state"] == "snapshot":
         module.exit_json(
             changed=False, ansible_facts={"stack_layer_snapshot": snapshot(p["state_dir"], p["layers"], p["run"])}

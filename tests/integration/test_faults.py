@@ -7,12 +7,17 @@ change), then the CUDA installer failing half way and the clean retry.
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import STANDINS, stack_paths
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lookup_plugins"))
+import stack_run  # noqa: E402
 
 P40_OLD_DRIVER = "0, Tesla P40, 6.1, 24576, 470.256.02, 00000000:3B:00.0"
 P40_GOOD_DRIVER = "0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0"
@@ -130,13 +135,36 @@ def test_too_little_disk(host):
         ({"cudnn_prefix": "/usr/lib/"}, "cudnn_prefix resolves to /usr/lib, a system directory"),
         ({"stack_conda_prefix": "/data"}, "stack_conda_prefix resolves to /data, less than two levels deep"),
         ({"stack_verl_dir": "/root"}, "stack_verl_dir resolves to /root, a system directory"),
+        # A control character in any templated value is refused before anything changes (preflight,
+        # filter_plugins/control.py). Before: a newline in cuda_prefix ran as root from a comment of
+        # /etc/profile.d/verl-p40-cuda.sh, one in stack_work_dir added lines to the Ray unit, and the
+        # mirror URLs added keys to pip.conf and .condarc.
+        (
+            {"cuda_prefix": "/usr/local/cuda-11.8\ntouch /tmp/pwned-by-cuda-prefix"},
+            "cuda_prefix holds a newline (\\n) at character 21",
+        ),
+        (
+            {"stack_work_dir": "/home/verl/verl-p40\nExecStartPre=+/bin/touch /tmp/pwned-by-work-dir"},
+            "stack_work_dir holds a newline (\\n) at character 20",
+        ),
+        ({"stack_env_name": "verl-env\r\nx"}, "stack_env_name holds a carriage return (\\r) at character 9"),
+        (
+            {"stack_pip_index_url": "https://pypi.org/simple\nindex-url = https://evil.example/simple"},
+            "stack_pip_index_url holds a newline (\\n) at character 24",
+        ),
+        (
+            {"stack_conda_forge_mirror": "https://conda.example/conda-forge\nchannels: [evil]"},
+            "stack_conda_forge_mirror holds a newline (\\n) at character 34",
+        ),
     ],
 )
 def test_invalid_variables(host, extra, message):
     run = host.play(**extra)
     assert run.returncode != 0
-    assert message in run.output
+    # Whitespace as one space: the output wraps a long message.
+    assert message in " ".join(run.output.split())
     assert_nothing_built(host)
+    assert not host.exists("/tmp/pwned-by-cuda-prefix") and not host.exists("/tmp/pwned-by-work-dir")
 
 
 def test_train_without_the_model_config(host):
@@ -211,44 +239,173 @@ def test_foreign_tree_at_a_prefix_is_left_alone(host):
     host.sh("rm -rf /opt/users-cudnn")
 
 
-def plant_lock(host, run_id: str, controller: str) -> None:
+def test_a_prefix_the_user_swapped_for_a_link_is_not_deleted(host):
+    """The attack: stack_conda_prefix lies in the training user's home, so that user can swap the
+    prefix the conda layer installed for a link to a directory of someone else's before a rebuild.
+    Broken case: the delete check took realpath() of the recorded prefix when it checked, found the
+    link's target "ours" and deleted it. Root's claim (state directory) names the directory it made
+    by its inode, so the link's target is foreign and stays."""
+    prefix = "/home/verl/miniforge3"
+    host.sh("id verl >/dev/null 2>&1 || useradd -m -s /bin/bash verl")
+    host.as_user("mkdir -p %s /home/verl/victim/keep" % prefix)
+    dev, ino = host.sh("stat -c '%%d %%i' %s" % prefix).stdout.split()
+    claim = {"layer": "conda", "trees": [{"path": prefix, "resolved": prefix, "id": [int(dev), int(ino)]}]}
+    host.sh(
+        "mkdir -p /var/lib/verl-p40/layers/trees && echo %s > /var/lib/verl-p40/layers/trees/conda.json"
+        % shlex.quote(json.dumps(claim))
+    )
+    # The user swaps the claimed prefix for a link to the directory they want root to delete.
+    host.as_user("rmdir %s && ln -s /home/verl/victim %s" % (prefix, prefix))
+    try:
+        run = host.play("--tags", "conda", rebuild="conda", stack_conda_prefix=prefix)
+        out = " ".join(run.output.split())
+        assert run.returncode != 0
+        assert "/home/verl/victim (stack_conda_prefix = %s) holds something this project did not make" % prefix in out
+        assert host.exists("/home/verl/victim/keep")
+        assert host.state("conda").get("status") != "building"
+    finally:
+        host.sh("rm -rf %s /home/verl/victim /var/lib/verl-p40/layers/trees/conda.json" % prefix)
+
+
+LOCK = "/var/lib/verl-p40/run.lock"
+
+
+def plant_lock(host, run_id: str, controller: str, **fields) -> None:
+    """A lock of another run, taken in this boot of the host (so not stale by a reboot)."""
     boot = host.sh("cat /proc/sys/kernel/random/boot_id").stdout.strip()
     lock = {"id": run_id, "controller": controller, "pid": 1, "user": "bob", "started": "2026-12-01T00:00:00Z"}
     host.sh(
-        "mkdir -p /var/lib/verl-p40 && echo %s > /var/lib/verl-p40/run.lock"
-        % json.dumps(json.dumps(dict(lock, boot_id=boot)))
+        "mkdir -p /var/lib/verl-p40 && echo %s > %s"
+        % (shlex.quote(json.dumps(dict(lock, boot_id=boot, **fields))), LOCK)
     )
+
+
+def dead_pid() -> int:
+    """The process id of a process of this controller that has ended."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    return dead.pid
+
+
+def read_file(host, path: str) -> str:
+    return host.sh("cat %s 2>/dev/null || true" % path).stdout
 
 
 def test_one_run_at_a_time(host):
     # Another controller's run holds the host: refused at once, nothing marked building.
-    before = host.sh("cat /var/lib/verl-p40/layers/cuda.json").stdout
-    plant_lock(host, "other-controller-1-1", "other-controller")
+    before = read_file(host, "/var/lib/verl-p40/layers/cuda.json")
+    plant_lock(host, "other-controller-1-0123456789abcdef", "other-controller")
     run = host.play("--tags", "cuda", rebuild="cuda")
     assert run.returncode != 0
     out = " ".join(run.output.split())
-    assert "Another run of the stack holds this host: run other-controller-1-1 of bob@other-controller" in out
-    assert "-e stack_lock_takeover=other-controller-1-1" in out
-    assert host.sh("cat /var/lib/verl-p40/layers/cuda.json").stdout == before
-    # Told that run is gone, the next run takes over, and releases the lock at its end.
-    run = host.play("--tags", "preflight", stack_lock_takeover="other-controller-1-1")
+    assert (
+        "Another run of the stack holds this host: run other-controller-1-0123456789abcdef of bob@other-controller"
+        in out
+    )
+    assert "-e break_lock=other-controller-1-0123456789abcdef" in out
+    assert read_file(host, "/var/lib/verl-p40/layers/cuda.json") == before
+    # Told that run is gone, the next run takes over, and releases the lock at its end; the older name still works.
+    run = host.play("--tags", "preflight", break_lock="other-controller-1-0123456789abcdef")
     assert run.returncode == 0, run.output[-3000:]
-    assert not host.exists("/var/lib/verl-p40/run.lock")
-    # A run of this controller that died (its process is gone): taken over without asking.
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    plant_lock(host, "%s-%d-1" % (socket.gethostname(), dead.pid), socket.gethostname())
+    assert not host.exists(LOCK)
+    plant_lock(host, "other-controller-1-0123456789abcdef", "other-controller")
+    run = host.play("--tags", "preflight", stack_lock_takeover="other-controller-1-0123456789abcdef")
+    assert run.returncode == 0, run.output[-3000:]
+    assert not host.exists(LOCK)
+    # A run of this controller (this machine, boot and pid namespace) whose process is gone: taken over without asking.
+    pid = dead_pid()
+    plant_lock(
+        host,
+        "%s-%d-feedc0ffee000000" % (socket.gethostname(), pid),
+        socket.gethostname(),
+        pid=pid,
+        ticks="1",
+        instance=stack_run.instance(),
+    )
     run = host.play("--tags", "preflight")
     assert run.returncode == 0, run.output[-3000:]
-    assert not host.exists("/var/lib/verl-p40/run.lock")
+    assert not host.exists(LOCK)
+
+
+def test_a_controller_with_the_same_host_name_keeps_its_lock(host):
+    """A clone of this controller (a VM, a container, a CI runner: the same host name, even a process id that is
+    gone here) holds the lock: this controller cannot see its processes, so it never takes the lock by itself.
+    Before the fix a holder with this host name was judged by this controller's /proc and taken over."""
+    pid = dead_pid()
+    clone = {"pid": pid, "ticks": "1", "instance": "0" * 32}  # another machine id and boot
+    holders = [
+        ("%s-%d-0123456789abcdef" % (socket.gethostname(), pid), clone),
+        ("%s-%d-1" % (socket.gethostname(), pid), {"pid": pid}),  # a lock of the previous version
+    ]
+    for run_id, fields in holders:
+        plant_lock(host, run_id, socket.gethostname(), **fields)
+        lock = read_file(host, LOCK)
+        run = host.play("--tags", "preflight")
+        assert run.returncode != 0, run.output[-3000:]
+        out = " ".join(run.output.split())
+        assert "Another run of the stack holds this host: run %s of bob@%s" % (run_id, socket.gethostname()) in out
+        assert "-e break_lock=%s" % run_id in out
+        assert read_file(host, LOCK) == lock
+        # Only the holder's id, exactly, breaks it.
+        run = host.play("--tags", "preflight", break_lock=run_id + "0")
+        assert run.returncode != 0 and read_file(host, LOCK) == lock
+        assert "does not name it" in " ".join(run.output.split())
+        run = host.play("--tags", "preflight", break_lock=run_id)
+        assert run.returncode == 0, run.output[-3000:]
+        assert not host.exists(LOCK)
+
+
+def test_an_unreadable_lock_stops_the_run_with_what_to_do(host):
+    """Before the fix a lock file that does not parse was "an unreadable lock" with an empty run id to give
+    to the takeover: no rerun could ever take it."""
+    host.sh("mkdir -p /var/lib/verl-p40 && printf '{not json' > %s" % LOCK)
+    run = host.play("--tags", "preflight")
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert "The host's run lock %s cannot be read (not JSON" % LOCK in out
+    assert "rm %s" % LOCK in out and "-e break_lock=unreadable" in out
+    assert read_file(host, LOCK) == "{not json"
+    run = host.play("--tags", "preflight", break_lock="unreadable")
+    assert run.returncode == 0, run.output[-3000:]
+    assert not host.exists(LOCK)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        # Before the fix the lock tasks (tagged always) were skipped and the layers ran without the lock.
+        (("--skip-tags", "always", "--tags", "cuda"), "This run skips the host lock (--skip-tags always"),
+        (
+            ("--start-at-task", "Preflight | Record what was found", "--tags", "preflight"),
+            "This run skips the host lock (--start-at-task",
+        ),
+        # The lock tasks skipped another way: the layers' own check (layer_state) refuses.
+        (("--tags", "preflight", "-e", "__stack_lock_held=true"), "does not hold the host's run lock %s" % LOCK),
+    ],
+    ids=["skip-tags-always", "start-at-task", "lock-tasks-skipped"],
+)
+def test_a_run_that_skips_the_lock_changes_no_layer(host, args, message):
+    # Without a preflight record, any record this run wrote shows (preflight records on every run).
+    host.sh("rm -f /var/lib/verl-p40/layers/preflight.json")
+    records = read_file(host, "/var/lib/verl-p40/layers/*.json")
+    plant_lock(host, "other-controller-1-0123456789abcdef", "other-controller")
+    try:
+        run = host.play(*args, rebuild="cuda")
+        assert run.returncode != 0, run.output[-3000:]
+        assert message in " ".join(run.output.split())
+        assert read_file(host, "/var/lib/verl-p40/layers/*.json") == records
+        assert json.loads(read_file(host, LOCK))["id"] == "other-controller-1-0123456789abcdef"
+    finally:
+        host.sh("rm -f %s" % LOCK)
 
 
 @pytest.mark.parametrize(
     "plant, message",
     [
-        # Any local user can make the directory in /var/tmp first and swap what the installer unpacks.
-        ("mkdir /var/tmp/verl-p40 && chown nobody /var/tmp/verl-p40", "/var/tmp/verl-p40 is owned by nobody"),
-        ("ln -s /etc /var/tmp/verl-p40", "/var/tmp/verl-p40 is a link"),
+        # Any local user can make the directory in /var/tmp first and swap what the installer unpacks
+        # (the default is under the root-only cache; a user may still point the variable there).
+        ("mkdir /var/tmp/verl-p40 && chown nobody /var/tmp/verl-p40", "/var/tmp/verl-p40 is owned by uid 65534"),
+        ("ln -s /etc /var/tmp/verl-p40", "it is reached through a link (it resolves to /etc/cuda-installer)"),
     ],
 )
 def test_a_scratch_directory_root_did_not_make(host, plant, message):
@@ -256,12 +413,13 @@ def test_a_scratch_directory_root_did_not_make(host, plant, message):
     etc_mode = host.sh("stat -c %a /etc").stdout
     host.sh("rm -rf /var/tmp/verl-p40 && " + plant)
     try:
-        run = host.play("--tags", "cuda", rebuild="cuda")
+        run = host.play("--tags", "cuda", rebuild="cuda", cuda_installer_tmpdir="/var/tmp/verl-p40/cuda-installer")
     finally:
         host.sh("rm -rf /var/tmp/verl-p40")
     assert run.returncode != 0
     out = " ".join(run.output.split())
-    assert message in out and "Root runs the CUDA installer from there" in out
+    assert message in out and "it must lie under directories only root can write" in out
+    assert not host.exists("/etc/cuda-installer")
     # Refused before the layer was marked building or the toolkit touched.
     assert host.sh("cat /var/lib/verl-p40/layers/cuda.json").stdout == before
     assert "release 11.8" in host.sh("/usr/local/cuda-11.8/bin/nvcc --version").stdout

@@ -286,7 +286,7 @@ def test_state_is_written_durably_and_whole(tmp_path, monkeypatch):
     assert path.stat().st_mode & 0o777 == 0o644
     assert str(tmp_path / "layers") in synced and any(name.startswith(str(path.parent) + "/.") for name in synced)
 
-    def broken_replace(src, dst):
+    def broken_replace(src, dst, **kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
@@ -370,3 +370,59 @@ def test_a_noop_query_is_answered_from_the_snapshot_and_only_then(tmp_path: Path
     assert again[1]["from_snapshot"]
     stale = {"layer_state": dict(query_cuda["layer_state"], run="run-c")}
     assert "from_snapshot" not in playbook_results(tmp_path, [snapshot, stale], run="run-b")[1]
+
+
+# -- the host lock: a run that does not hold it reads and changes no layer ---------------------
+
+
+def test_only_the_run_that_marked_a_layer_completes_it(tmp_path):
+    args = {"name": "cuda", "state_dir": str(tmp_path), "layers": ["preflight", "cuda"]}
+    assert run_module("layer_state", dict(args, state="building", run="run-a"))["_rc"] == 0
+    other = run_module("layer_state", dict(args, state="present", run="run-b", version="1"))
+    assert other["_rc"] != 0 and "marked building by run run-a, not by this run (run-b)" in other["msg"]
+    assert json.loads((tmp_path / "cuda.json").read_text())["status"] == "building"
+    assert run_module("layer_state", dict(args, state="present", run="run-a", version="1"))["_rc"] == 0
+    assert json.loads((tmp_path / "cuda.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize(
+    "content, held",
+    [
+        (None, "nobody holds it"),
+        ('{"id": "run-b"}', "run run-b holds it"),
+        ("{not json", "it cannot be read"),
+        ('{"pid": 1}', "it names no run"),
+        ('{"id": "run-a"}', None),
+    ],
+)
+def test_lock_refusal(tmp_path, content, held):
+    lock = tmp_path / "run.lock"
+    if content is not None:
+        lock.write_text(content)
+    refusal = ls.lock_refusal(str(lock), "run-a")
+    if held is None:
+        assert refusal is None
+    else:
+        assert "this run (run-a) does not hold the host's run lock %s (%s" % (lock, held) in refusal
+        assert "--skip-tags always, --start-at-task" in refusal
+    assert ls.lock_refusal(str(lock), "") is not None  # no run id never holds a lock
+
+
+def test_a_run_without_the_lock_changes_no_layer(tmp_path):
+    """--skip-tags always or --start-at-task skipped the stage's lock tasks: every call that could lead
+    to a change refuses, and nothing is written; check mode, which takes no lock, still answers."""
+    lock = tmp_path / "run.lock"
+    args = {"name": "cuda", "run": "run-a", "lock_file": str(lock), "inputs": {"v": 1}}
+    for state in ("building", "present", "query", "snapshot"):
+        refused = module(tmp_path, **dict(args, state=state))
+        assert refused["_rc"] != 0, state
+        assert "does not hold the host's run lock %s (nobody holds it)" % lock in refused["msg"]
+    assert not (tmp_path / "layers").exists()
+    looked = module(tmp_path, check=True, **dict(args, state="building"))
+    assert looked["_rc"] == 0 and looked["changed"] and not (tmp_path / "layers").exists()
+    # Another run took the lock over (-e break_lock) while this one ran: it stops at its next layer call.
+    lock.write_text(json.dumps({"id": "run-b"}))
+    assert "(run run-b holds it)" in module(tmp_path, **dict(args, state="building"))["msg"]
+    lock.write_text(json.dumps({"id": "run-a"}))
+    assert module(tmp_path, **dict(args, state="building"))["_rc"] == 0
+    assert json.loads((tmp_path / "layers/cuda.json").read_text())["run"] == "run-a"
