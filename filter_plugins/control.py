@@ -77,6 +77,19 @@ def _walk(value: Any, where: str, problems: list[str]) -> None:
             _walk(item, "%s[%d]" % (where, number), problems)
 
 
+def path_spelling_problems(value: Any, name: str = "the value") -> list[str]:
+    """For a path option: a trailing '/', a '//' or a '/./' in it. Such a spelling names the same
+    directory, but not the same string: `dirname` of '/opt/x/' is '/opt/x', and '<prefix>.partial'
+    of '/opt/x/' lies inside the prefix. A role cannot rewrite a value given with -e (extra vars
+    outrank everything it could set), so the input is refused with its normal spelling instead."""
+    if not isinstance(value, str) or not value.startswith("/") or value == "/":
+        return []
+    normal = "/" + "/".join(part for part in value.split("/") if part not in ("", "."))
+    if normal == value:
+        return []
+    return ["%s is spelled '%s': write it as '%s'" % (name, value, normal)]
+
+
 def one_line(value: Any, name: str = "the value") -> str:
     """The value as text; a control character in it stops the template, naming the variable."""
     text = str(value)
@@ -90,5 +103,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "control_character_problems": control_character_problems,
+            "path_spelling_problems": path_spelling_problems,
             "one_line": one_line,
         }

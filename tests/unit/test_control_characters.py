@@ -22,7 +22,7 @@ from conftest import REPO, ansible_env
 import render
 
 sys.path.insert(0, str(REPO / "filter_plugins"))
-from control import control_character_problems, one_line  # noqa: E402
+from control import control_character_problems, one_line, path_spelling_problems  # noqa: E402
 
 CONTROL = [
     ("\n", "a newline"),
@@ -193,6 +193,47 @@ def test_every_string_option_of_every_role_is_covered(tmp_path: Path):
             assert expected_name(name, option) in named, name
     passed = play({})
     assert passed.returncode == 0, passed.stdout + passed.stderr
+
+
+@pytest.mark.parametrize(
+    "value, normal",
+    [
+        ("/usr/local/cuda-11.8/", "/usr/local/cuda-11.8"),
+        ("/opt//miniforge3", "/opt/miniforge3"),
+        ("/opt/./x", "/opt/x"),
+    ],
+)
+def test_a_path_spelled_other_than_normally_is_refused(value: str, normal: str):
+    # Broken case: '<cudnn_prefix>.partial' of '/opt/x/' is '/opt/x/.partial', inside the prefix.
+    assert path_spelling_problems(value, "cuda_prefix") == [
+        "cuda_prefix is spelled '%s': write it as '%s'" % (value, normal)
+    ]
+
+
+@pytest.mark.parametrize("value", ["/usr/local/cuda-11.8", "/", "relative/", "", None, 3])
+def test_a_path_spelled_normally_passes(value):
+    assert path_spelling_problems(value, "cuda_prefix") == []
+
+
+def test_preflight_refuses_a_path_option_with_a_trailing_slash(tmp_path: Path):
+    """Only options of type path: a URL with a trailing '/' (stack_mirror_url) is fine."""
+    playbook = tmp_path / "play.yml"
+    task = {"name": "Run it", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "control_characters"}}
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
+    values = {"cuda_prefix": "/usr/local/cuda-11.8/", "stack_mirror_url": "http://mirror.example/verl-p40/"}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)]
+        + ["-e", json.dumps(values)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=ansible_env(ANSIBLE_ROLES_PATH=str(REPO / "roles")),
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "cuda_prefix is spelled '/usr/local/cuda-11.8/': write it as '/usr/local/cuda-11.8'" in done.stdout
+    assert "stack_mirror_url" not in done.stdout
 
 
 def test_render_checks_the_same_options(tmp_path: Path):
