@@ -164,13 +164,16 @@ two_gpu_dry() {
   grep -q "n_gpus_per_node: 2" "$OUT/two-gpu-dry.txt" && grep -q "NCCL_P2P_DISABLE=1" "$OUT/two-gpu-dry.txt"
 }
 
+# The seed's environment, its 5 variables in its order (tests/unit/test_compose.py's ORIGINAL_ENV).
+SEED_ENV="HYDRA_FULL_ERROR=1 VLLM_DTYPE=float32 PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 PYTHONUNBUFFERED=1 TRITON_MAX_SHARED_MEMORY=49152"
+
 recipe() {
-  say "the original recipe's overrides through verl's --cfg job"
+  say "the original recipe's overrides (30, tests/gpu/original_recipe.txt) through verl's --cfg job"
   mapfile -t recipe_overrides < <(grep -v '^#' tests/gpu/original_recipe.txt | grep .)
   {
-    echo "== VLLM_DTYPE=float32 TRITON_MAX_SHARED_MEMORY=49152 python3 -m verl.trainer.main_ppo --cfg job <tests/gpu/original_recipe.txt>"
+    echo "== $SEED_ENV python3 -m verl.trainer.main_ppo --cfg job <tests/gpu/original_recipe.txt: ${#recipe_overrides[@]} overrides>"
     status=0
-    (cd "$WORK" && VLLM_DTYPE=float32 TRITON_MAX_SHARED_MEMORY=49152 python3 -m verl.trainer.main_ppo --cfg job "${recipe_overrides[@]}") || status=$?
+    (cd "$WORK" && env $SEED_ENV python3 -m verl.trainer.main_ppo --cfg job "${recipe_overrides[@]}") || status=$?
     echo "== exit status $status"
     echo
     echo "== roles/train/files/validate_overrides.py --overrides-file tests/gpu/original_recipe.txt (every refusal at once)"
@@ -180,7 +183,7 @@ recipe() {
     echo
     echo "== actor_rollout_ref.rollout.max_num_seqs alone: accepted (it is in verl's YAML) ..."
     status=0
-    (cd "$WORK" && python3 -m verl.trainer.main_ppo --cfg job actor_rollout_ref.rollout.max_num_seqs=64 | grep -n "max_num_seqs") || status=$?
+    (cd "$WORK" && python3 -m verl.trainer.main_ppo --cfg job actor_rollout_ref.rollout.max_num_seqs=1 | grep -n "max_num_seqs") || status=$?
     echo "== exit status $status"
     echo "== ... and read by no code on verl 0.4.1's FSDP path (Python files naming it, outside verl's config and its vendored vLLM 0.5.4):"
     grep -rl --include='*.py' max_num_seqs "$VERL/verl" | grep -v third_party/vllm || echo "   none"

@@ -7,9 +7,9 @@
 The device machine (NVIDIA H200, Python 3.12, torch 2.11 + CUDA 13,
 transformers 5.x, no network) runs verl 0.4.1 with the Python packages below
 on PYTHONPATH in front of its own. They are what verl 0.4.1 needs beyond that
-machine's image, at versions seen to work there (STACK.md, "Evidence that
-this set runs"), plus ansible-core so that the project's own tools/render.py
-and verl_patch module run there unchanged.
+machine's image, at versions seen to work there (the GPU proof's runs:
+tests/gpu/README.md, "Versions", and docs/gpu-proof.md), plus ansible-core so
+that the project's own tools/render.py and verl_patch module run there unchanged.
 
 What this script does, every step checked:
   1. `pip download --no-deps --only-binary=:all:` for CPython 3.12 manylinux

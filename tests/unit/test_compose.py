@@ -19,35 +19,54 @@ import validate_overrides as vo
 
 PROFILES = gpu_profile_names()
 
-# The seed recipe's launcher (its overrides, in its order): two keys that do
-# not exist, one that nothing reads (rollout.max_num_seqs), and the rollout
-# dtype left at bf16.
+# The seed recipe's launcher, exactly: the original P40 attempt's 30 Hydra overrides in its
+# order (docs/training.md, "The original recipe, line by line"), its paths replaced by the
+# project's defaults on a host (train_data_dir, train_model_path). tests/gpu/original_recipe.txt
+# holds the same list for the GPU proof.
 ORIGINAL_RECIPE = [
-    "data.train_files=/root/data/gsm8k/train.parquet",
-    "data.val_files=/root/data/gsm8k/test.parquet",
-    "data.train_batch_size=64",
-    "data.max_prompt_length=512",
+    "data.train_files=/home/verl/verl-p40/data/gsm8k/train.parquet",
+    "data.val_files=/home/verl/verl-p40/data/gsm8k/test.parquet",
+    "data.train_batch_size=1",
+    "data.max_prompt_length=256",
     "data.max_response_length=256",
-    "actor_rollout_ref.model.path=/root/models/Qwen2.5-0.5B-Instruct",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=32",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-    "actor_rollout_ref.fsdp_config.cpu_offload=True",
-    "actor_rollout_ref.fsdp_config.offload_params=True",
+    "actor_rollout_ref.model.path=/home/verl/verl-p40/models/Qwen2.5-0.5B-Instruct",
+    "actor_rollout_ref.actor.optim.lr=1e-6",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-    "actor_rollout_ref.rollout.gpu_memory_utilization=0.4",
-    "actor_rollout_ref.rollout.max_num_seqs=64",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-    "critic.model.path=/root/models/Qwen2.5-0.5B-Instruct",
-    "critic.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+    "actor_rollout_ref.rollout.max_num_batched_tokens=512",
+    "actor_rollout_ref.rollout.enable_chunked_prefill=false",
+    "actor_rollout_ref.fsdp_config.cpu_offload=true",
+    "actor_rollout_ref.fsdp_config.offload_params=true",
+    "actor_rollout_ref.rollout.max_num_seqs=1",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+    "critic.optim.lr=1e-5",
+    "critic.model.path=/home/verl/verl-p40/models/Qwen2.5-0.5B-Instruct",
+    "critic.ppo_micro_batch_size_per_gpu=1",
+    "algorithm.kl_ctrl.kl_coef=0.001",
+    "trainer.logger=console",
+    "trainer.val_before_train=False",
     "trainer.n_gpus_per_node=1",
     "trainer.nnodes=1",
-    "trainer.test_freq=10",
     "trainer.save_freq=10",
-    "trainer.total_epochs=15",
-    "trainer.logger=[console]",
+    "trainer.test_freq=10",
+    "trainer.total_epochs=2",
 ]
+
+# Its environment, in its order.
+ORIGINAL_ENV = {
+    "HYDRA_FULL_ERROR": "1",
+    "VLLM_DTYPE": "float32",
+    "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128",
+    "PYTHONUNBUFFERED": "1",
+    "TRITON_MAX_SHARED_MEMORY": "49152",
+}
+
+# The two keys verl 0.4.1 has never had (the seed's lines 16 and 17).
+REFUSED_KEYS = ["actor_rollout_ref.fsdp_config.cpu_offload", "actor_rollout_ref.fsdp_config.offload_params"]
 
 
 def overrides_of(rendered: dict[str, Path], name: str, *extra: str) -> list[str]:
@@ -116,19 +135,94 @@ def test_extra_arguments_win(verl_041_pristine: Path, rendered_launchers: dict[s
     assert cfg.actor_rollout_ref.rollout.micro_batch_size == 8
 
 
+def test_original_recipe_file_is_the_list():
+    # The GPU proof reads the file, the tests read the list: one recipe, 30 lines, 5 variables.
+    listing = REPO / "tests" / "gpu" / "original_recipe.txt"
+    assert vo.overrides_from_file(listing) == ORIGINAL_RECIPE
+    assert len(ORIGINAL_RECIPE) == 30 and len(ORIGINAL_ENV) == 5
+    header = listing.read_text()
+    for name, value in ORIGINAL_ENV.items():
+        assert "%s=%s" % (name, value) in header
+    run_ppo = (REPO / "tests" / "gpu" / "run_ppo.sh").read_text()
+    exported = " ".join("%s=%s" % item for item in ORIGINAL_ENV.items())
+    assert exported in run_ppo, "run_ppo.sh must run the recipe with the seed's 5 variables"
+
+
 def test_original_recipe_is_refused_naming_both_keys(verl_041_pristine: Path):
     result = vo.check(verl_041_pristine, ORIGINAL_RECIPE)
-    assert [item.key for item in result.refused] == [
-        "actor_rollout_ref.fsdp_config.cpu_offload",
-        "actor_rollout_ref.fsdp_config.offload_params",
-    ]
+    assert [item.key for item in result.refused] == REFUSED_KEYS
+    # Hydra: "Could not override ... Key 'fsdp_config' is not in struct": verl 0.4.1's
+    # actor_rollout_ref has fsdp_config only under actor, ref and critic.model.
+    assert all(item.reason.startswith("Could not override '%s'" % item.key) for item in result.refused)
     assert "actor_rollout_ref.actor.fsdp_config.param_offload" in result.refused[0].reason
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload" in result.refused[1].reason
     assert not result.ok
 
 
-def test_original_recipe_cli_exits_non_zero(verl_041_pristine: Path, tmp_path: Path):
-    listing = tmp_path / "recipe.txt"
-    listing.write_text("# the seed recipe\n" + "\n".join(ORIGINAL_RECIPE) + "\n")
+def test_the_rest_of_the_original_recipe_composes_and_is_not_what_a_p40_needs(verl_041_pristine: Path):
+    # The other 28 lines are keys verl has: they compose, batch arithmetic included ...
+    rest = [item for item in ORIGINAL_RECIPE if vo.override_key(item) not in REFUSED_KEYS]
+    assert len(rest) == 28
+    result = vo.check(verl_041_pristine, rest)
+    assert result.ok and result.warnings == []
+    cfg = vo.composed(verl_041_pristine, rest)
+    arr = cfg.actor_rollout_ref
+    # ... but nothing of it offloads (the refused lines were the only offload asked for),
+    assert arr.actor.fsdp_config.param_offload is False and arr.actor.fsdp_config.optimizer_offload is False
+    assert cfg.critic.model.fsdp_config.param_offload is False
+    # the rollout stays bf16 (VLLM_DTYPE is no vLLM variable) and attention flash_attention_2,
+    assert arr.rollout.dtype == "bfloat16"
+    assert "_attn_implementation" not in arr.model.override_config
+    # and the vLLM rollout keeps prefix caching: verl 0.4.1 hard-codes it on.
+    spmd = verl_041_pristine / "verl" / "workers" / "rollout" / "vllm_rollout" / "vllm_rollout_spmd.py"
+    assert spmd.read_text().splitlines()[163].strip() == "enable_prefix_caching=True,"
+    # Validation first runs at step 10 (val_before_train=False, test_freq=10).
+    assert cfg.trainer.val_before_train is False and cfg.trainer.test_freq == 10
+    assert cfg.data.val_batch_size is None  # the whole test set in one generate call
+
+
+def test_original_recipe_lines_equal_to_verls_defaults(verl_041_pristine: Path):
+    # docs/training.md says which lines change nothing: verl 0.4.1's YAML has the same value.
+    defaults = vo.composed(verl_041_pristine, [])
+    from omegaconf import OmegaConf
+
+    same = []
+    for item in ORIGINAL_RECIPE:
+        key = vo.override_key(item)
+        if key in REFUSED_KEYS:
+            continue
+        given = OmegaConf.select(vo.composed(verl_041_pristine, [item]), key)
+        if given == OmegaConf.select(defaults, key):
+            same.append(key)
+    assert same == [
+        "actor_rollout_ref.actor.optim.lr",
+        "actor_rollout_ref.rollout.name",
+        "critic.optim.lr",
+        "algorithm.kl_ctrl.kl_coef",
+        "trainer.nnodes",
+    ]
+
+
+def test_what_verl_041_reads_of_the_original_recipe(verl_041_pristine: Path):
+    # Python files of verl 0.4.1 that name a setting, outside its config and the vendored
+    # vLLM 0.5.4/0.6.3 (verl/third_party), which the FSDP recipe does not use.
+    def readers(word: str) -> list[str]:
+        package = verl_041_pristine / "verl"
+        return sorted(
+            path.relative_to(verl_041_pristine).as_posix()
+            for path in package.rglob("*.py")
+            if "third_party" not in path.relative_to(package).parts and word in path.read_text(errors="replace")
+        )
+
+    assert readers("max_num_seqs") == []  # accepted by Hydra, passed to vLLM by nothing
+    for name in ("VLLM_DTYPE", "TRITON_MAX_SHARED_MEMORY", "PYTORCH_CUDA_ALLOC_CONF"):
+        assert readers(name) == [], name
+    # The two vLLM settings the seed set do reach vLLM's engine (as verl's defaults would).
+    for word in ("max_num_batched_tokens", "enable_chunked_prefill"):
+        assert "verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py" in readers(word)
+
+
+def test_original_recipe_cli_exits_non_zero(verl_041_pristine: Path):
     done = subprocess.run(
         [
             sys.executable,
@@ -136,17 +230,17 @@ def test_original_recipe_cli_exits_non_zero(verl_041_pristine: Path, tmp_path: P
             "--verl",
             str(verl_041_pristine),
             "--overrides-file",
-            str(listing),
+            str(REPO / "tests" / "gpu" / "original_recipe.txt"),
         ],
         capture_output=True,
         text=True,
         check=False,
     )
     assert done.returncode == 1
-    assert "refused: actor_rollout_ref.fsdp_config.cpu_offload=True" in done.stderr
-    assert "refused: actor_rollout_ref.fsdp_config.offload_params=True" in done.stderr
+    assert "refused: actor_rollout_ref.fsdp_config.cpu_offload=true" in done.stderr
+    assert "refused: actor_rollout_ref.fsdp_config.offload_params=true" in done.stderr
     summary = json.loads(done.stdout.splitlines()[-1])
-    assert summary["ok"] is False and len(summary["refused"]) == 2
+    assert summary["ok"] is False and summary["overrides"] == 30 and len(summary["refused"]) == 2
 
 
 def test_cli_accepts_the_package_directory_and_a_script(verl_041_pristine: Path, rendered_launchers: dict[str, Path]):

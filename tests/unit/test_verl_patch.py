@@ -32,7 +32,7 @@ ALL_FIXES = [
 ]
 
 # (fix, file, first changed line in pristine 0.4.1), as found by reading the
-# release (STACK.md, "What a P40 needs in verl 0.4.1"), with what that line held
+# release (docs/patch.md, "The fixes", has each site and why), with what that line held
 # and what it must hold after patching.
 FSDP = "verl/workers/fsdp_workers.py"
 ACTOR = "verl/workers/actor/dp_actor.py"
