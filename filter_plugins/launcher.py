@@ -12,6 +12,8 @@ the same functions, so a bad name is refused before anything changes:
   after Hydra's parser and OmegaConf's interpolation the config holds exactly
   the value given. train.sh quotes the whole `key=value` for bash on top.
   "${" is refused: no escape of it survives verl's OmegaConf.resolve.
+- verl_loggers: train_logger holds only loggers of verl's whose package the
+  env installs (console, tensorboard, wandb), console among them.
 """
 
 from __future__ import annotations
@@ -113,10 +115,54 @@ def hydra_value(value: Any, key: str = "value") -> str:
     raise AnsibleFilterError(f"{key}: {value!r} is a {type(value).__name__}; give a string, number, boolean or list")
 
 
+# verl 0.4.1's loggers (Tracking.supported_backend, verl/utils/tracking.py); verl
+# asserts that each name of trainer.logger is one of them when training starts.
+VERL_LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml")
+# Those the env can run: the package verl imports for each is pinned in
+# roles/verl/files/requirements-verl-0.4.1.txt (tensorboard through
+# torch.utils.tensorboard; wandb is a dependency of verl's). The others' packages
+# are not installed, so verl would stop at their import after Ray has started.
+ENV_LOGGERS = {"console": None, "tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def verl_logger_problems(loggers: Any, variable: str = "train_logger") -> list[str]:
+    """What is wrong with a train_logger list, as messages naming `variable`; [] when fine."""
+    usable = ", ".join(ENV_LOGGERS)
+    if not isinstance(loggers, (list, tuple)) or not all(isinstance(name, str) for name in loggers):
+        return [f"{variable} should be a list of verl's logger names ({usable}), not {loggers!r}"]
+    problems = []
+    for name in loggers:
+        if name in ENV_LOGGERS:
+            continue
+        if name in VERL_LOGGERS:
+            problems.append(
+                f"{variable}: verl's {name!r} logger needs a package the env does not install (it is not in "
+                f"roles/verl/files/requirements-verl-0.4.1.txt); use {usable}"
+            )
+        else:
+            problems.append(f"{variable}: {name!r} is not one of verl 0.4.1's loggers; use {usable}")
+    if "console" not in loggers:
+        problems.append(
+            f"{variable} must keep console: train.sh --report and the smoke test read the step lines "
+            "the console logger prints"
+        )
+    return problems
+
+
+def verl_loggers(loggers: Any, variable: str = "train_logger") -> list[str]:
+    """The train_logger list, unchanged, or an error naming `variable` and each bad name."""
+    problems = verl_logger_problems(loggers, variable)
+    if problems:
+        raise AnsibleFilterError("; ".join(problems))
+    return list(loggers)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "launcher_env": launcher_env,
             "launcher_env_problems": launcher_env_problems,
             "hydra_value": hydra_value,
+            "verl_loggers": verl_loggers,
+            "verl_logger_problems": verl_logger_problems,
         }

@@ -285,7 +285,6 @@ def hostile_vars(text: str) -> dict:
         "train_model_path": "/models/" + text,
         # Such a path names no known architecture; the config comes as on a host.
         "train_model_config": MODEL_CONFIG,
-        "train_logger": ["console", text, "a,b"],
     }
 
 
@@ -293,6 +292,9 @@ def hostile_vars(text: str) -> dict:
 def test_hostile_values_reach_verls_config_as_text(text: str, verl_041_pristine: Path, tmp_path: Path):
     render.render("pascal", tmp_path, hostile_vars(text))
     overrides = vo.overrides_from_script(tmp_path / "train.sh")
+    # train_logger takes verl's logger names only (verl_loggers); a list of texts through
+    # the same hydra_value the launcher writes it with.
+    overrides.append("trainer.logger=" + hydra_value(["console", text, "a,b"], "trainer.logger"))
     # vo.composed resolves the config in place, as verl's TaskRunner.run does.
     cfg = vo.composed(verl_041_pristine, overrides)
     assert cfg.trainer.project_name == text
@@ -358,7 +360,6 @@ def test_bash_never_runs_a_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
             "train_experiment_name": hostile[1],
             "train_model_path": "/models/" + hostile[2],
             "train_model_config": MODEL_CONFIG,
-            "train_logger": ["console", *hostile],
             "train_extra_overrides": ["trainer.default_hdfs_dir=" + hostile[3]],
             "train_extra_env": {f"V{number}": text for number, text in enumerate(hostile)},
             "train_conda_env": "env\n" + hostile[4],

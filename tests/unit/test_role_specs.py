@@ -85,7 +85,8 @@ def value_problems(where: str, spec: dict[str, Any], value: Any) -> list[str]:
     kind = spec.get("type", "str")
     if not TYPE_CHECKS.get(kind, lambda v: False)(value):
         return ["%s: default %r is not a %s" % (where, value, kind)]
-    if "choices" in spec and value not in spec["choices"]:
+    # As Ansible's validator: a list's choices are those of each of its items.
+    if "choices" in spec and any(item not in spec["choices"] for item in (value if kind == "list" else [value])):
         return ["%s: default %r is not one of its choices %s" % (where, value, spec["choices"])]
     problems: list[str] = []
     if kind == "list":
@@ -227,6 +228,8 @@ def broken(change) -> list[str]:
 
 def test_a_matching_pair_passes():
     assert spec_problems(GOOD_DEFAULTS, GOOD_SPEC) == []
+    # A list's choices are its items' (as Ansible validates them; train_logger's).
+    assert broken(lambda d, o: o["x_flags"].update(choices=["-a", "-b"])) == []
 
 
 def test_private_names_are_not_options(tmp_path: Path):
@@ -253,6 +256,8 @@ def test_private_names_are_not_options(tmp_path: Path):
         (lambda d, o: (d.update(x_jobs="4"), o["x_jobs"].update(default="4")), "default '4' is not a int"),
         (lambda d, o: (d.update(x_mode="c"), o["x_mode"].update(default="c")), "is not one of its choices"),
         (lambda d, o: (d.update(x_flags=[1]), o["x_flags"].update(default=[1])), "x_flags (entry point main)[0]"),
+        # A list's choices are its items' (train_logger's); one item outside them is caught.
+        (lambda d, o: o["x_flags"].update(choices=["-b"]), "default ['-a'] is not one of its choices ['-b']"),
     ],
 )
 def test_each_disagreement_is_caught(change, expected):

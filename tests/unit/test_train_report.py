@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import builtins
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import yaml
@@ -29,6 +29,7 @@ CARDS = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "gpu_pr
 ]
 # verl 0.4.1's peak for an H200 (verl/utils/flops_counter.py), which its perf/mfu/* divide by.
 VERL_H200_TFLOPS = 989
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def test_steps_and_state_of_a_finished_run():
@@ -155,24 +156,42 @@ def test_cli_on_a_recorded_log(tmp_path: Path):
     assert "0 steps logged" in done.stdout
 
 
-def test_plot_without_matplotlib_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    real_import = builtins.__import__
-
-    def no_matplotlib(name, *args, **kwargs):
-        if name.startswith("matplotlib"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+def test_plot_writes_an_svg_of_reward_and_time(tmp_path: Path):
     steps = train_report.step_metrics(LOG.read_text())
-    assert train_report.plot(steps, tmp_path / "x.png", "x") == "no plot: matplotlib is not installed in this Python"
-    assert not (tmp_path / "x.png").exists()
+    out = tmp_path / "x.svg"
+    assert train_report.plot(steps, out, "train <1> & 2") == f"plot: {out}"
+    svg = ElementTree.parse(out).getroot()
+    assert svg.tag == SVG + "svg"
+    texts = [element.text for element in svg.iter(SVG + "text")]
+    assert "train <1> & 2" in texts
+    assert {"training reward", "validation", "step", "generate", "reward (mean)", "seconds"} <= set(texts)
+    # One line per series, one point per step that has the metric: reward, time and
+    # generation at steps 1-3, validation at step 3 only.
+    assert len(list(svg.iter(SVG + "polyline"))) == 4
+    points = [element.find(SVG + "title").text for element in svg.iter(SVG + "circle")]
+    assert len(points) == 3 + 1 + 3 + 3
+    assert "step, step 2: 20.56" in points
 
 
-def test_plot_writes_a_png(tmp_path: Path):
-    # matplotlib is pinned in requirements-test.txt: this test runs everywhere the suite runs.
-    import matplotlib  # noqa: F401
+def test_plot_of_steps_without_reward_or_time_says_so(tmp_path: Path):
+    assert train_report.plot({1: {"actor/lr": 1e-6}}, tmp_path / "x.svg", "x") == (
+        "no plot: no step has a reward or a step time"
+    )
+    assert not (tmp_path / "x.svg").exists()
 
-    steps = train_report.step_metrics(LOG.read_text())
-    assert train_report.plot(steps, tmp_path / "x.png", "x") == f"plot: {tmp_path / 'x.png'}"
-    assert (tmp_path / "x.png").read_bytes().startswith(b"\x89PNG")
+
+def test_report_and_plot_run_on_the_standard_library_alone(tmp_path: Path):
+    # train.sh --report runs the env's Python, whose packages are the env's lock
+    # (roles/verl/files/requirements-verl-0.4.1.txt, without matplotlib). -S -I: no
+    # site-packages at all, so whatever the report needs is Python's own.
+    out = tmp_path / "train.log.svg"
+    done = subprocess.run(
+        [sys.executable, "-S", "-I", str(REPO / "roles" / "train" / "files" / "train_report.py"), str(LOG)]
+        + ["--plot", str(out)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"plot: {out}"
+    assert ElementTree.parse(out).getroot().tag == SVG + "svg"

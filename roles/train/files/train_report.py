@@ -3,7 +3,7 @@
 
     train.sh --report [LOG]          # on a host: the newest log, with the card's peak filled in
     python3 roles/train/files/train_report.py LOG [--model-config config.json] [--card NAME --peak-tflops 11.76]
-                                                 [--gpus 1] [--ppo-epochs 1] [--plot LOG.png]
+                                                 [--gpus 1] [--ppo-epochs 1] [--plot LOG.svg]
 
 It reads what verl's console logger prints, one line per step
 (`step:N - key:value - ...`), so it works on a finished log and on one that
@@ -30,19 +30,23 @@ lengths are taken as the mean prompt plus mean response length. The padding
 that runs without remove-padding also compute is not counted, so this is
 the useful share of the card.
 
-With --plot and matplotlib importable, it also writes a PNG of the reward
-and the step time over steps. Exit status 0, or 1 when the log holds no step.
+With --plot it also writes an SVG of the reward and the step time over
+steps, drawn by this file itself: it needs nothing but Python's standard
+library (no matplotlib, which the env's lock does not hold), so it runs with
+the env's Python or any other. Exit status 0, or 1 when the log holds no step.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape
 
 STEP_LINE = re.compile(r"step:(\d+) - (.*)$")
 TOTAL_STEPS = re.compile(r"Total training steps: (\d+)")
@@ -251,36 +255,127 @@ def _flops_lines(
     return lines
 
 
-def plot(steps: dict[int, dict[str, float]], path: Path, title: str) -> str:
-    """Write reward and step time over steps to ``path``; return what happened, in words."""
-    try:
-        import matplotlib
+# The picture: an SVG the report writes itself (standard library only), so
+# --plot works with nothing but the env's Python; any browser shows it.
+SVG_WIDTH, PANEL_HEIGHT = 800, 260
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, GAP = 70, 150, 40, 50
+COLOURS = ("#1f77b4", "#ff7f0e")
+# (title, y label, [(metric, legend label)]) of each panel, top to bottom.
+PANELS = (
+    (
+        "reward",
+        "reward (mean)",
+        [("critic/score/mean", "training reward"), ("val-core/openai/gsm8k/reward/mean@1", "validation")],
+    ),
+    ("time", "seconds", [("timing_s/step", "step"), ("timing_s/gen", "generate")]),
+)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "no plot: matplotlib is not installed in this Python"
+
+def _ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About ``count`` round values that span ``low`` to ``high`` (1, 2 or 5 times a power of ten apart)."""
+    if high <= low:
+        return [low]
+    raw = (high - low) / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first, last = math.floor(low / step), math.ceil(high / step - 1e-9)
+    return [round(index * step, 10) for index in range(first, last + 1)]
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def svg_plot(steps: dict[int, dict[str, float]], title: str) -> str | None:
+    """An SVG of reward and step time over steps, or None when no step has any of them."""
     numbers = sorted(steps)
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for key, label in (("critic/score/mean", "training reward"), ("val-core/openai/gsm8k/reward/mean@1", "validation")):
-        points = [(n, steps[n][key]) for n in numbers if key in steps[n]]
-        if points:
-            top.plot(*zip(*points), marker="o", label=label)
-    top.set_ylabel("reward (mean)")
-    top.legend(loc="best")
-    points = [(n, steps[n]["timing_s/step"]) for n in numbers if "timing_s/step" in steps[n]]
-    if points:
-        bottom.plot(*zip(*points), marker="o", label="step")
-    points = [(n, steps[n]["timing_s/gen"]) for n in numbers if "timing_s/gen" in steps[n]]
-    if points:
-        bottom.plot(*zip(*points), marker=".", label="generate")
-    bottom.set_ylabel("seconds")
-    bottom.set_xlabel("step")
-    bottom.legend(loc="best")
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    series = [
+        [(label, [(n, steps[n][key]) for n in numbers if key in steps[n]]) for key, label in lines]
+        for _, _, lines in PANELS
+    ]
+    if not any(points for panel in series for _, points in panel):
+        return None
+    plot_width = SVG_WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+    height = MARGIN_TOP + len(PANELS) * (PANEL_HEIGHT + GAP)
+    x_ticks = _ticks(numbers[0], numbers[-1]) if len(numbers) > 1 else [numbers[0]]
+    x_ticks = [t for t in x_ticks if t == int(t)] or [numbers[0]]
+    x_low, x_high = min(x_ticks[0], numbers[0]), max(x_ticks[-1], numbers[-1])
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_WIDTH}" height="{height}" '
+        f'viewBox="0 0 {SVG_WIDTH} {height}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{SVG_WIDTH}" height="{height}" fill="white"/>',
+        f'<text x="{SVG_WIDTH / 2:.0f}" y="22" text-anchor="middle" font-size="15">{escape(title)}</text>',
+    ]
+
+    def x_at(step: float) -> float:
+        return MARGIN_LEFT + (step - x_low) / ((x_high - x_low) or 1) * plot_width
+
+    for index, ((_, y_label, _), panel) in enumerate(zip(PANELS, series)):
+        top = MARGIN_TOP + index * (PANEL_HEIGHT + GAP)
+        bottom = top + PANEL_HEIGHT
+        values = [v for _, points in panel for _, v in points] or [0.0]
+        y_ticks = _ticks(min(values), max(values)) if max(values) > min(values) else [min(values)]
+        y_low, y_high = min(y_ticks[0], min(values)), max(y_ticks[-1], max(values))
+        if y_high == y_low:
+            y_low, y_high = y_low - 1, y_high + 1
+
+        def y_at(value: float, top: float = top, y_low: float = y_low, y_high: float = y_high) -> float:
+            return top + PANEL_HEIGHT - (value - y_low) / (y_high - y_low) * PANEL_HEIGHT
+
+        out.append(
+            f'<rect x="{MARGIN_LEFT}" y="{top}" width="{plot_width}" height="{PANEL_HEIGHT}" '
+            'fill="none" stroke="#444"/>'
+        )
+        for tick in y_ticks:
+            if y_low <= tick <= y_high:
+                y = y_at(tick)
+                out.append(
+                    f'<line x1="{MARGIN_LEFT}" y1="{y:.1f}" x2="{MARGIN_LEFT + plot_width}" y2="{y:.1f}" stroke="#ddd"/>'
+                )
+                out.append(f'<text x="{MARGIN_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_number(tick)}</text>')
+        for tick in x_ticks:
+            x = x_at(tick)
+            out.append(f'<line x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 5}" stroke="#444"/>')
+            out.append(f'<text x="{x:.1f}" y="{bottom + 18}" text-anchor="middle">{_number(tick)}</text>')
+        middle = top + PANEL_HEIGHT / 2
+        out.append(
+            f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18 {middle:.0f})">'
+            f"{escape(y_label)}</text>"
+        )
+        if index == len(PANELS) - 1:
+            out.append(
+                f'<text x="{MARGIN_LEFT + plot_width / 2:.0f}" y="{bottom + 36}" text-anchor="middle">step</text>'
+            )
+        for number, ((label, points), colour) in enumerate(zip(panel, COLOURS)):
+            legend_y = top + 16 + number * 18
+            legend_x = MARGIN_LEFT + plot_width + 12
+            out.append(
+                f'<line x1="{legend_x}" y1="{legend_y - 4}" x2="{legend_x + 20}" y2="{legend_y - 4}" '
+                f'stroke="{colour}" stroke-width="2"/>'
+            )
+            out.append(f'<text x="{legend_x + 26}" y="{legend_y}">{escape(label)}</text>')
+            if not points:
+                continue
+            coords = " ".join(f"{x_at(n):.1f},{y_at(v):.1f}" for n, v in points)
+            out.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2"/>')
+            for n, v in points:
+                out.append(
+                    f'<circle cx="{x_at(n):.1f}" cy="{y_at(v):.1f}" r="3" fill="{colour}">'
+                    f"<title>{escape(label)}, step {n}: {_number(v)}</title></circle>"
+                )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def plot(steps: dict[int, dict[str, float]], path: Path, title: str) -> str:
+    """Write reward and step time over steps to ``path`` as SVG; return what happened, in words."""
+    svg = svg_plot(steps, title)
+    if svg is None:
+        return "no plot: no step has a reward or a step time"
+    try:
+        path.write_text(svg)
+    except OSError as error:
+        return f"no plot: cannot write {path}: {error}"
     return f"plot: {path}"
 
 
@@ -293,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="float32", help="the run's compute precision, for the report")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs the run trained on (all nodes)")
     parser.add_argument("--ppo-epochs", type=int, default=1, help="actor/critic ppo_epochs (verl's default 1)")
-    parser.add_argument("--plot", type=Path, help="write a PNG of reward and step time here (needs matplotlib)")
+    parser.add_argument("--plot", type=Path, help="write an SVG of reward and step time here")
     args = parser.parse_args(argv)
 
     try:
