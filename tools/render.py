@@ -107,6 +107,10 @@ _PROFILE_SCHEMA: list[tuple[str, tuple[str, Any]]] = [
     ("patch_fixes", ("a list of fix names", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))),
     ("env", ("a mapping of variable names to values", lambda v: isinstance(v, dict))),
 ]
+# Keys a profile may leave out; (key, test, what it should be) when given.
+_OPTIONAL_SCHEMA: list[tuple[str, tuple[str, Any]]] = [
+    ("needs_apex", _BOOL),
+]
 _BACKEND_SCHEMA: dict[str, list[tuple[str, tuple[str, Any]]]] = {
     "hf": [
         ("reference_card", ("a card named in stack_gpu_cards", lambda v: isinstance(v, str) and bool(v))),
@@ -120,6 +124,14 @@ _BACKEND_SCHEMA: dict[str, list[tuple[str, tuple[str, Any]]]] = {
         ),
         ("vllm_rollout.enforce_eager", _BOOL),
         ("vllm_rollout.max_num_seqs", _POSITIVE_INT),
+        (
+            "vllm_rollout.chunked_prefill",
+            ("a boolean or null (verl's default)", lambda v: v is None or isinstance(v, bool)),
+        ),
+        (
+            "vllm_rollout.max_num_batched_tokens",
+            ("a positive integer or null (verl's default)", lambda v: v is None or _POSITIVE_INT[1](v)),
+        ),
     ],
 }
 
@@ -147,6 +159,9 @@ def profile_problems(name: str, profile: Any) -> list[str]:
             continue
         if not test(value):
             problems.append(f"profile {name}: {key} is {value!r}; it should be {expected}")
+    for key, (expected, test) in _OPTIONAL_SCHEMA:
+        if key in profile and not test(profile[key]):
+            problems.append(f"profile {name}: {key} is {profile[key]!r}; it should be {expected}")
     problems += launcher_env_problems(profile.get("env"), f"stack_gpu_profiles.{name}.env")
     return problems
 

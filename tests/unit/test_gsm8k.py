@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import types
@@ -305,3 +306,23 @@ def test_cli_prints_one_json_line(source, tmp_path: Path):
     assert done.returncode == 0, done.stderr
     (line,) = done.stdout.splitlines()
     assert json.loads(line)["changed"] is True
+
+
+def pins(path: Path) -> dict[str, str]:
+    """name -> version of each `name==version` line of a requirements file (hash lines skipped)."""
+    found = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9_.-]+)==([^\s\\;]+)", line)
+        if match:
+            found[match.group(1).lower()] = match.group(2)
+    return found
+
+
+def test_the_converter_s_packages_are_tested_at_the_env_s_versions():
+    # The converter runs in the env (the data layer's python); these tests run in the control
+    # node's venv. Its pins of what the converter imports are the env lock's, so a test that
+    # passes here passes there.
+    env = pins(REPO / "roles" / "verl" / "files" / "requirements-verl-0.4.1.txt")
+    tests = pins(REPO / "requirements-test.txt")
+    for name in ("pyarrow", "numpy"):
+        assert tests[name] == env[name], f"requirements-test.txt pins {name} {tests[name]}, the env's lock {env[name]}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -185,6 +186,78 @@ def test_vllm_profiles_get_the_engine_settings(rendered_launchers: dict[str, Pat
     assert not [item for item in overrides if "rollout.micro_batch_size" in item]
 
 
+PREFILL_KEYS = ("actor_rollout_ref.rollout.enable_chunked_prefill", "actor_rollout_ref.rollout.max_num_batched_tokens")
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_vllm_prefill_settings_where_the_profile_asks(name: str, rendered_launchers: dict[str, Path]):
+    # The seed recipe's chunked prefill off and 512 tokens, on the profiles that use vLLM with a small
+    # card (volta, turing); the budget is raised to the longest sequence (512 + 256 by default), the
+    # least verl 0.4.1 and vLLM accept. Elsewhere verl's own defaults stand: no override at all.
+    overrides = print_overrides(rendered_launchers[name] / "train.sh")
+    found = {validate_overrides.override_key(item): item for item in overrides}
+    vllm = profiles()[name].get("vllm_rollout") or {}
+    if profiles()[name]["rollout_backend"] == "vllm" and vllm.get("chunked_prefill") is not None:
+        assert found[PREFILL_KEYS[0]] == PREFILL_KEYS[0] + "=false"
+        assert found[PREFILL_KEYS[1]] == PREFILL_KEYS[1] + "=768"
+    else:
+        assert not set(PREFILL_KEYS) & set(found), name
+    assert (name in ("volta", "turing")) == (PREFILL_KEYS[0] in found)
+
+
+def test_the_token_budget_is_the_seed_s_with_the_seed_s_lengths(tmp_path: Path, verl_041_pristine: Path):
+    # Prompt 256 + response 256, the seed recipe's lengths: its 512 tokens stand as they are.
+    render.render("volta", tmp_path / "seed", {"train_max_prompt_length": 256})
+    overrides = print_overrides(tmp_path / "seed" / "train.sh")
+    assert PREFILL_KEYS[1] + "=512" in overrides
+    # verl 0.4.1's config holds both keys: Hydra composes them (no "+") and they land in the rollout's section.
+    cfg = validate_overrides.composed(verl_041_pristine, overrides).actor_rollout_ref.rollout
+    assert (cfg.enable_chunked_prefill, cfg.max_num_batched_tokens) == (False, 512)
+    # A longer sequence than the profile's budget raises it: 1024 + 256.
+    render.render("turing", tmp_path / "long", {"train_max_prompt_length": 1024})
+    assert PREFILL_KEYS[1] + "=1280" in print_overrides(tmp_path / "long" / "train.sh")
+
+
+def test_a_profile_s_prefill_settings_are_checked():
+    broken = dict(profiles()["volta"], vllm_rollout=dict(profiles()["volta"]["vllm_rollout"]))
+    broken["vllm_rollout"]["chunked_prefill"] = "no"
+    broken["vllm_rollout"]["max_num_batched_tokens"] = 0
+    broken["needs_apex"] = "yes"
+    problems = " | ".join(render.profile_problems("volta", broken))
+    assert "vllm_rollout.chunked_prefill is 'no'" in problems
+    assert "vllm_rollout.max_num_batched_tokens is 0" in problems
+    assert "needs_apex is 'yes'" in problems
+
+
+def test_every_profile_s_launcher_exports_the_run_variables(rendered_launchers: dict[str, Path]):
+    for name, directory in rendered_launchers.items():
+        exported = dict(re.findall(r"^export (\w+)=(.*)$", (directory / "train.env").read_text(), re.M))
+        assert exported["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128", name
+        assert exported["HYDRA_FULL_ERROR"] == "1", name
+
+
+def test_train_extra_env_overrides_the_run_variables(launcher: dict[str, Path]):
+    out = launcher["script"].parent
+    env_text = (out / "train.env").read_text()
+    conda = re.search(r"^\. (\S+)/etc/profile\.d/conda\.sh$", env_text, re.M).group(1)
+    cuda = re.search(r"^\. (\S+cuda-env\.sh)$", env_text, re.M).group(1)
+    render.render(
+        "pascal",
+        out,
+        {
+            "train_conda_prefix": conda,
+            "train_conda_env": "p40-env",
+            "train_cuda_env_script": cuda,
+            "train_work_dir": str(launcher["work"]),
+            "train_extra_env": {"PYTORCH_CUDA_ALLOC_CONF": "", "HYDRA_FULL_ERROR": "0"},
+        },
+    )
+    done = run_launcher(launcher)
+    assert done.returncode == 0, done.stderr
+    _, env = recorded(launcher)
+    assert (env["PYTORCH_CUDA_ALLOC_CONF"], env["HYDRA_FULL_ERROR"]) == ("", "0")
+
+
 def test_extra_arguments_come_last(rendered_launchers: dict[str, Path]):
     script = rendered_launchers["pascal"] / "train.sh"
     overrides = print_overrides(script, "trainer.total_epochs=3", "++actor_rollout_ref.rollout.micro_batch_size=8")
@@ -223,6 +296,85 @@ def test_variables_reach_the_override_list(tmp_path: Path):
     assert "actor_rollout_ref.model.path='/models/my model'" in overrides
     assert "trainer.logger=[console,tensorboard]" in overrides
     assert overrides[-1] == "actor_rollout_ref.actor.optim.lr=5e-7"
+
+
+# -- verl's loggers (train_logger) --------------------------------------------
+
+VERL_LOCK = REPO / "roles" / "verl" / "files" / "requirements-verl-0.4.1.txt"
+# tensorboard 2.19.0's Requires-Dist (its METADATA), and those of the packages it
+# brings that need more: grpcio 1.85.3 typing-extensions~=4.12, werkzeug 3.1.9
+# markupsafe>=2.1.1 (which the torch layer installs, as jinja2's).
+TENSORBOARD_CLOSURE = {
+    "tensorboard": ["absl-py", "grpcio", "markdown", "numpy", "packaging", "protobuf", "setuptools", "six"]
+    + ["tensorboard-data-server", "werkzeug"],
+    "grpcio": ["typing-extensions"],
+    "werkzeug": ["markupsafe"],
+}
+FROM_THE_TORCH_LAYER = {"markupsafe"}
+
+
+def launcher_filters():
+    sys.path.insert(0, str(REPO / "filter_plugins"))
+    import launcher
+
+    return launcher
+
+
+def lock_pins() -> dict[str, str]:
+    pins = re.findall(r"(?m)^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", VERL_LOCK.read_text())
+    return {name.lower(): version for name, version in pins}
+
+
+def test_the_loggers_the_env_can_run_reach_verl(tmp_path: Path, verl_041_pristine: Path):
+    render.render("pascal", tmp_path, {"train_logger": ["console", "tensorboard", "wandb"]})
+    overrides = print_overrides(tmp_path / "train.sh")
+    assert "trainer.logger=[console,tensorboard,wandb]" in overrides
+    cfg = validate_overrides.composed(verl_041_pristine, overrides)
+    assert list(cfg.trainer.logger) == ["console", "tensorboard", "wandb"]
+
+
+@pytest.mark.parametrize(
+    ("loggers", "message"),
+    [
+        (["console", "mlflow"], "verl's 'mlflow' logger needs a package the env does not install"),
+        (["console", "tensorbord"], "'tensorbord' is not one of verl 0.4.1's loggers; use console, tensorboard, wandb"),
+        (["tensorboard"], "train_logger must keep console: train.sh --report"),
+        ("console", "train_logger should be a list"),
+    ],
+)
+def test_loggers_the_env_cannot_run_are_refused_at_render_time(tmp_path: Path, loggers, message: str):
+    # verl would stop at the import (or its own assert) after Ray and the workers have started.
+    with pytest.raises(Exception, match=re.escape(message)):
+        render.render("pascal", tmp_path, {"train_logger": loggers})
+    assert not (tmp_path / "train.sh").exists()
+
+
+def test_each_accepted_logger_is_verl_s_and_its_package_is_in_the_env_lock(verl_041_pristine: Path):
+    launcher = launcher_filters()
+    tracking = (verl_041_pristine / "verl" / "utils" / "tracking.py").read_text()
+    supported = re.search(r"supported_backend = (\[[^\]]*\])", tracking).group(1)
+    assert sorted(launcher.VERL_LOGGERS) == sorted(yaml.safe_load(supported))
+    assert set(launcher.ENV_LOGGERS) <= set(launcher.VERL_LOGGERS)
+    pins = lock_pins()
+    for name, package in launcher.ENV_LOGGERS.items():
+        assert package is None or package in pins, (name, package)
+    # The argument spec offers the same names, so preflight refuses others before any layer runs.
+    spec = yaml.safe_load((REPO / "roles" / "train" / "meta" / "argument_specs.yml").read_text())
+    option = spec["argument_specs"]["main"]["options"]["train_logger"]
+    assert option["choices"] == list(launcher.ENV_LOGGERS)
+
+
+def test_tensorboard_s_dependencies_are_all_in_the_env_lock():
+    # pip --require-hashes installs the lock; a dependency missing from it (and not already in
+    # the env) would stop the verl layer's install. numpy 1.26.4 and protobuf 6.33.6 as verl has them.
+    pins = lock_pins()
+    assert pins["tensorboard"] == "2.19.0"
+    for package, requires in TENSORBOARD_CLOSURE.items():
+        assert package in pins
+        for name in requires:
+            assert name in pins or name in FROM_THE_TORCH_LAYER, (package, name)
+    # 2.20 and later also require pillow, which nothing else in the env needs.
+    assert "pillow" not in pins
 
 
 def test_batch_sizes_are_checked_against_the_gpus_at_render_time(tmp_path: Path):
@@ -452,7 +604,9 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 # Records how train.sh called python3; FAKE_EXIT sets its exit status.
 printf '%s\\n' "$@" > "$FAKE_RECORD.args"
 { echo "PWD=$PWD"; echo "CUDA_HOME=${CUDA_HOME:-}"; echo "TORCHDYNAMO_DISABLE=${TORCHDYNAMO_DISABLE:-}";
-  echo "PYTHONUNBUFFERED=${PYTHONUNBUFFERED:-}"; echo "CONDA_DEFAULT_ENV=${CONDA_DEFAULT_ENV:-}"; } > "$FAKE_RECORD.env"
+  echo "PYTHONUNBUFFERED=${PYTHONUNBUFFERED:-}"; echo "CONDA_DEFAULT_ENV=${CONDA_DEFAULT_ENV:-}";
+  echo "PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF-unset}"; echo "HYDRA_FULL_ERROR=${HYDRA_FULL_ERROR-unset}";
+} > "$FAKE_RECORD.env"
 echo "step:1 - fake training output"
 exit "${FAKE_EXIT:-0}"
 """
@@ -532,6 +686,9 @@ def test_train_runs_verl_in_the_env_and_logs(launcher: dict[str, Path]):
         "TORCHDYNAMO_DISABLE": "1",
         "PYTHONUNBUFFERED": "1",
         "CONDA_DEFAULT_ENV": "p40-env",
+        # The seed recipe's allocator setting and Hydra's full tracebacks (__stack_run_env).
+        "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128",
+        "HYDRA_FULL_ERROR": "1",
     }
     (log,) = launcher["logs"].iterdir()
     assert re.fullmatch(r"train-\d{8}-\d{6}\.log", log.name)
@@ -605,7 +762,7 @@ def test_report_runs_the_report_tool_on_the_newest_log(launcher: dict[str, Path]
     newest = str(launcher["logs"] / "train-20260102-000000.log")
     assert args[0] == "/home/verl/verl-p40/tools/train_report.py"
     assert args[-1] == newest
-    assert args[args.index("--plot") + 1] == newest + ".png"
+    assert args[args.index("--plot") + 1] == newest + ".svg"
     assert args[args.index("--card") + 1] == "Tesla P40"
     assert args[args.index("--peak-tflops") + 1] == "11.76"
     assert args[args.index("--gpus") + 1] == "1"
@@ -613,6 +770,32 @@ def test_report_runs_the_report_tool_on_the_newest_log(launcher: dict[str, Path]
     # The report runs in the training env (train.env sourced), and trains nothing.
     assert env["CONDA_DEFAULT_ENV"] == "p40-env"
     assert len(list(launcher["logs"].iterdir())) == 2
+
+
+def test_report_draws_its_plot_with_the_standard_library_alone(launcher: dict[str, Path], tmp_path: Path):
+    # The env's python3 has only the env's lock (no matplotlib); here it is a Python
+    # without any site-packages (-S -I), running the report the train role copies.
+    (tmp_path / "fakebin" / "python3").write_text(
+        f'#!/usr/bin/env bash\nexec {shlex.quote(sys.executable)} -S -I "$@"\n'
+    )
+    render.render(
+        "pascal",
+        tmp_path / "own",
+        {
+            "train_conda_prefix": str(tmp_path / "conda"),
+            "train_conda_env": "p40-env",
+            "train_cuda_env_script": str(tmp_path / "cuda-env.sh"),
+            "train_work_dir": str(launcher["work"]),
+            "train_tools_dir": str(REPO / "roles" / "train" / "files"),
+        },
+    )
+    launcher["logs"].mkdir()
+    log = launcher["logs"] / "train-20260102-000000.log"
+    shutil.copy(REPO / "tests" / "gpu" / "results" / "memory-24gib-computed-train.log", log)
+    done = run_launcher(dict(launcher, script=tmp_path / "own" / "train.sh"), "--report")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"plot: {log}.svg"
+    assert Path(f"{log}.svg").read_text().startswith("<svg ")
 
 
 def test_report_takes_a_relative_log_and_refuses_two(launcher: dict[str, Path], tmp_path: Path):
@@ -717,7 +900,9 @@ def test_the_ray_units_get_the_gpu_variables_of_train_env(tmp_path: Path):
         assert {k: v for k, v in exported.items() if k in gpu_names} == {
             k: v for k, v in unit.items() if k in gpu_names
         }, name
-        # The profile's variables reach both too.
+        # The profile's variables and those of every run reach both too.
         assert set(profiles()["pascal"]["env"]) <= set(exported) & set(unit)
+        for variable in ("PYTHONUNBUFFERED", "PYTORCH_CUDA_ALLOC_CONF", "HYDRA_FULL_ERROR"):
+            assert exported[variable] == unit[variable], (name, variable)
         if name.startswith("picked"):
             assert (unit["CUDA_VISIBLE_DEVICES"], unit["NCCL_P2P_DISABLE"]) == ("1,3", "1"), name
