@@ -7,6 +7,7 @@ change), then the CUDA installer failing half way and the clean retry.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import STANDINS, stack_paths
+from conftest import ROOT, STANDINS, stack_paths
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lookup_plugins"))
 import stack_run  # noqa: E402
@@ -266,6 +267,47 @@ def test_a_prefix_the_user_swapped_for_a_link_is_not_deleted(host):
         assert host.state("conda").get("status") != "building"
     finally:
         host.sh("rm -rf %s /home/verl/victim /var/lib/verl-p40/layers/trees/conda.json" % prefix)
+
+
+def module_on_host(host, module: str, args: dict) -> tuple[int, str]:
+    """One module of library/ run on the container as the play runs it (root, the host's Python)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "-i", str(host.inventory / "hosts.yml"), host.name]
+        + ["-m", module, "-a", json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    return done.returncode, " ".join((done.stdout + done.stderr).split())
+
+
+@pytest.mark.parametrize(
+    "plant, why",
+    [
+        ("ln -s /etc/shadow {wheel}", "is a link"),
+        ("mkfifo {wheel}", "is not a plain file"),
+    ],
+)
+def test_what_the_user_swaps_in_for_the_built_wheel_is_not_taken(host, plant, why):
+    """The attack on the Apex cache: the training user replaces the wheel it built with a link to a
+    root-only file (or a FIFO, which would hang a read) between root's check and root's copy.
+    Broken case: the find + isreg check, then a root copy by path (copy remote_src), copied
+    /etc/shadow into the 0644 cache. The take (library/stack_take.py) opens the file once, with the
+    user's rights and O_NOFOLLOW|O_NONBLOCK, so the planted thing is refused and nothing is cached."""
+    host.sh("id verl >/dev/null 2>&1 || useradd -m -s /bin/bash verl")
+    wheel = "/home/verl/apex.dist/apex-0.1-cp310-cp310-linux_x86_64.whl"
+    host.as_user("rm -rf /home/verl/apex.dist && mkdir /home/verl/apex.dist && " + plant.format(wheel=wheel))
+    cache = "/var/cache/verl-p40/apex-wheels/attack"
+    try:
+        rc, out = module_on_host(host, "stack_take", {"src": wheel, "user": "verl", "dest": cache})
+        assert rc != 0 and "%s %s" % (wheel, why) in out and "Nothing was cached" in out, out
+        assert host.sh("ls -A %s 2>/dev/null || true" % cache).stdout.strip() == ""
+    finally:
+        host.sh("rm -rf /home/verl/apex.dist %s" % cache)
 
 
 LOCK = "/var/lib/verl-p40/run.lock"
