@@ -25,7 +25,8 @@ def test_launcher_files(host, stack):
 def test_launcher_is_for_the_host_profile(host, stack, layer_state):
     profile = layer_state("preflight")["inputs"]["profile"]
     text = host.file(stack["train_work_dir"] + "/train.sh").content_string
-    assert "GPU profile %s" % profile in text
+    # The profile is named in what train.sh prints (no value is in a comment of the script).
+    assert "train.sh: profile %s" % profile in text
     for dead in ("VLLM_DTYPE", "TRITON_MAX_SHARED_MEMORY", "fsdp_config.cpu_offload", "fsdp_config.offload_params"):
         assert dead not in text
 
