@@ -2,8 +2,8 @@
 
 stack_mirror_url may carry a token as userinfo, in the query or as a path segment. These runs
 fetch the CUDA runfile from a mirror that answers 401 without the credentials, under -vvv, and
-fail (a wrong pinned sha256, or a file the mirror lacks), so nothing is built and the container
-stays as the other fault tests expect it.
+fail (a wrong pinned sha256, or a file the mirror lacks), so no layer changes and the container
+stays as the other fault tests of its worker left it.
 """
 
 from __future__ import annotations
@@ -27,12 +27,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def assert_nothing_built(host) -> None:
+def built(host) -> tuple[str, list[str]]:
+    """What the layers have on the host: every record (but preflight's) by its sha256, and which of
+    the paths a layer writes exist. These tests share their worker's container with the other fault
+    tests, which may have built layers before them: a failed download must change none of it."""
     paths = stack_paths()
-    listing = host.sh("ls -A %s 2>/dev/null || true" % paths["stack_state_dir"]).stdout.split()
-    assert [name for name in listing if name != "preflight.json"] == [], "layer state written: %s" % listing
-    written = [path for name, path in paths.items() if name != "stack_state_dir" and host.exists(path)]
-    assert written == [], "written: %s" % written
+    records = host.sh(
+        "find %s -type f ! -name preflight.json -exec sha256sum {} + 2>/dev/null | sort || true"
+        % paths["stack_state_dir"]
+    ).stdout
+    return records, [path for name, path in paths.items() if name != "stack_state_dir" and host.exists(path)]
 
 
 @pytest.fixture
@@ -73,13 +77,14 @@ def test_a_mirror_token_stays_hidden_when_the_checksum_fails(host, private_mirro
     url, port, secrets = private_mirror
     runfile = dict(host.standins["standin_artifacts"]["cuda_runfile"], sha256="0" * 64)
     overrides = {"cuda_runfile": runfile, "cudnn_archive": host.standins["standin_artifacts"]["cudnn_archive"]}
+    before = built(host)
     run = host.play("--tags", "cuda", "-vvv", stack_mirror_url=url, stack_artifact_overrides=overrides)
     assert run.returncode != 0
     out = " ".join(run.output.split())
     assert "got " + host.standins["standin_artifacts"]["cuda_runfile"]["sha256"] in out, run.output[-3000:]
     assert "http://***@127.0.0.1:%d/***/%s?token=***" % (port, runfile["file"]) in out
     assert_no_secret(host, run, secrets)
-    assert_nothing_built(host)
+    assert built(host) == before
     assert not host.exists("/var/cache/verl-p40/" + runfile["file"])
 
 
@@ -90,6 +95,7 @@ def test_a_mirror_token_stays_hidden_when_the_controller_download_fails(host, pr
     overrides = {"cuda_runfile": runfile, "cudnn_archive": host.standins["standin_artifacts"]["cudnn_archive"]}
     cache = tmp_path / "controller-cache"
     cache.mkdir()
+    before = built(host)
     run = host.play(
         "--tags",
         "cuda",
@@ -105,4 +111,4 @@ def test_a_mirror_token_stays_hidden_when_the_controller_download_fails(host, pr
         run.output[-3000:]
     )
     assert_no_secret(host, run, secrets)
-    assert_nothing_built(host)
+    assert built(host) == before
