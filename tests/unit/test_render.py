@@ -236,11 +236,17 @@ def test_every_profile_s_launcher_exports_the_run_variables(rendered_launchers: 
         assert exported["HYDRA_FULL_ERROR"] == "1", name
 
 
-def test_train_extra_env_overrides_the_run_variables(launcher: dict[str, Path]):
-    out = launcher["script"].parent
+def launcher_standins(out: Path) -> tuple[str, str]:
+    """The stand-in Miniforge prefix and CUDA script the launcher fixture's train.env sources."""
     env_text = (out / "train.env").read_text()
     conda = re.search(r"^\. (\S+)/etc/profile\.d/conda\.sh$", env_text, re.M).group(1)
     cuda = re.search(r"^\. (\S+cuda-env\.sh)$", env_text, re.M).group(1)
+    return conda, cuda
+
+
+def test_train_extra_env_overrides_the_run_variables(launcher: dict[str, Path]):
+    out = launcher["script"].parent
+    conda, cuda = launcher_standins(out)
     render.render(
         "pascal",
         out,
@@ -699,9 +705,7 @@ def test_train_runs_verl_in_the_env_and_logs(launcher: dict[str, Path]):
 def test_a_ray_worker_refuses_to_train_and_names_the_head(launcher: dict[str, Path]):
     # The launcher fixture's stand-ins, rendered for host a, a worker of the cluster whose head is b.
     out = launcher["script"].parent
-    env_text = (out / "train.env").read_text()
-    conda = re.search(r"^\. (\S+)/etc/profile\.d/conda\.sh$", env_text, re.M).group(1)
-    cuda = re.search(r"^\. (\S+cuda-env\.sh)$", env_text, re.M).group(1)
+    conda, cuda = launcher_standins(out)
     render.render(
         "pascal",
         out,
