@@ -136,16 +136,26 @@ def ray_cluster_problems(
     return problems
 
 
+def last_json_object(lines: list[str]) -> dict[str, Any] | None:
+    """The last of these lines that is a JSON object, or None."""
+    for line in reversed(lines):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
 def ray_probe_problems(result: dict[str, Any], expected: dict[str, dict[str, Any]], ports: str = "") -> list[str]:
-    """``ray_cluster_problems`` of the probe's result (the ray layer's wait task): the JSON on the
-    last line of its stdout. A probe that failed, or printed no such line, could not reach the head,
-    and the last lines of its stderr say why."""
+    """``ray_cluster_problems`` of the probe's result (the ray layer's wait task): the last line of
+    its stdout that is a JSON object (Ray may log a line of its own to stdout after it, as the driver
+    disconnects). A probe that failed, or printed no such line, could not reach the head, and the
+    last lines of its stderr say why."""
     result = result or {}
     lines = result.get("stdout_lines") or str(result.get("stdout") or "").splitlines()
-    try:
-        seen = json.loads(lines[-1]) if result.get("rc") == 0 and lines else None
-    except ValueError:
-        seen = None
+    seen = last_json_object(lines) if result.get("rc") == 0 else None
     if not isinstance(seen, dict):
         why = " ".join(str(result.get("stderr") or "").splitlines()[-3:]) or "rc %s" % result.get("rc")
         return ["cannot reach the head: " + why]
@@ -215,6 +225,7 @@ class FilterModule:
             "cluster_patch_problems": cluster_patch_problems,
             "ray_cluster_problems": ray_cluster_problems,
             "ray_probe_problems": ray_probe_problems,
+            "last_json_object": last_json_object,
             "systemd_environment_file": systemd_environment_file,
             "systemd_exec": systemd_exec,
         }

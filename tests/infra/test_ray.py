@@ -57,10 +57,23 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
+def last_json(stdout: str):
+    """The last line of stdout that is JSON: Ray may log a line of its own to stdout after the
+    probe's (seen when the driver disconnects from a head that is restarting)."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
+
+
 def live_nodes(host, stack) -> list[dict]:
     done = as_user(host, stack, NODES)
     assert done.rc == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    nodes = last_json(done.stdout)
+    assert nodes is not None, done.stdout
+    return nodes
 
 
 def wait_for_cluster(host, stack, timeout: float, replaced: set[str] = frozenset()) -> list[dict]:
@@ -70,8 +83,8 @@ def wait_for_cluster(host, stack, timeout: float, replaced: set[str] = frozenset
     seen: list[dict] = []
     while time.monotonic() < deadline:
         done = as_user(host, stack, NODES)
-        if done.rc == 0:
-            seen = json.loads(done.stdout.strip().splitlines()[-1])
+        if done.rc == 0 and last_json(done.stdout) is not None:
+            seen = last_json(done.stdout)
             if sorted(n["host"] for n in seen) == want and not {n["id"] for n in seen} & set(replaced):
                 return seen
         time.sleep(3)

@@ -126,6 +126,10 @@ def test_the_probe_result_gives_the_clusters_problems():
     seen = {"version": "2.43.0", "nodes": [node("10.0.0.1", 2), node("10.0.0.2", 2)]}
     whole = {"rc": 0, "stdout_lines": ["a Ray warning", json.dumps(seen)], "stderr": ""}
     assert ray_probe_problems(whole, EXPECTED) == []
+    # Ray may log a line of its own to stdout after the probe's JSON (seen as a driver disconnects
+    # from a head that restarts). Broken case: reading the very last line.
+    logged = dict(whole, stdout_lines=[json.dumps(seen), "[2026-12-03 18:58:21,876 I 2961 2961] (raylet) stats.h:120"])
+    assert ray_probe_problems(logged, EXPECTED) == []
     half = dict(whole, stdout_lines=[json.dumps(dict(seen, nodes=seen["nodes"][:1]))])
     assert ray_probe_problems(half, EXPECTED, "6379/tcp") == [
         "not in the cluster: worker (10.0.0.2); check that these ports are open: 6379/tcp"
