@@ -203,6 +203,7 @@ from typing import Any, Iterator, Optional
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.stack_files import atomic_write
+from ansible.module_utils.stack_lock import read_lock
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # The value of break_lock that takes over a lock file that cannot be read.
@@ -210,6 +211,8 @@ UNREADABLE = "unreadable"
 # The environment variable that marks every step of a run on the host (the stage playbooks set
 # stack_job_environment, roles/stack/defaults/main/stack.yml, as each play's environment).
 RUN_ENV = "VERL_P40_RUN"
+# Why a lock from before the host's last reboot is stale (a reboot also ended every step of its run).
+REBOOTED = "the host rebooted since it was taken"
 
 
 def boot_id() -> str:
@@ -218,24 +221,6 @@ def boot_id() -> str:
             return handle.read().strip()
     except OSError:
         return ""
-
-
-def read_lock(path: str) -> Optional[dict[str, Any]]:
-    """The lock's content; None when there is none; unreadable=true (with the error) when it is not a lock."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(1 << 16)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        return {"id": "", "unreadable": True, "error": "cannot be read: %s" % exc}
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        return {"id": "", "unreadable": True, "error": "not JSON: %s" % exc}
-    if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"].strip():
-        return {"id": "", "unreadable": True, "error": "JSON, but no run id in it"}
-    return data
 
 
 def write_new(path: str, data: dict[str, Any], replace: bool) -> bool:
@@ -300,7 +285,7 @@ def jobs_of(run_id: Optional[str], proc: str = "/proc", but: str = "") -> list[t
 def stale_reason(holder: dict[str, Any], takeover: str, break_lock: str, current_boot: str) -> Optional[str]:
     """Why an existing, readable lock may be taken over, or None."""
     if holder.get("boot_id") and current_boot and holder["boot_id"] != current_boot:
-        return "the host rebooted since it was taken"
+        return REBOOTED
     if takeover and takeover == holder.get("id"):
         return "its ansible-playbook process is gone from its controller"
     if break_lock and break_lock == holder.get("id"):
@@ -370,9 +355,8 @@ def acquire(module: AnsibleModule, path: str, run: dict[str, Any], holder: Optio
             changed=False, holder=mine, taken_over=dict(holder, reason="unreadable, broken with -e break_lock")
         )
     why = stale_reason(holder, p["takeover"], p["break_lock"], mine["boot_id"])
-    # A reboot ends every step of the holder; otherwise one may still run here.
-    rebooted = why == "the host rebooted since it was taken"
-    jobs = jobs_of(str(holder.get("id"))) if why and not rebooted else []
+    # A reboot ended every step of the holder; otherwise one may still run here.
+    jobs = jobs_of(str(holder.get("id"))) if why and why != REBOOTED else []
     if jobs:
         module.fail_json(
             msg="The run %s is gone from its controller (or you broke its lock), but its steps still run on this host: "

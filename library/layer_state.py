@@ -377,6 +377,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.stack_files import atomic_write
+from ansible.module_utils.stack_lock import read_lock
 
 STATE_FORMAT = 1
 
@@ -411,18 +412,15 @@ def read_state(path: str) -> dict[str, Any]:
 
 def lock_refusal(lock_file: str, run: str) -> str | None:
     """Why this run may not touch a layer under the host lock `lock_file`, or None when the lock names `run`."""
-    try:
-        with open(lock_file, encoding="utf-8") as handle:
-            holder = json.load(handle)
-    except FileNotFoundError:
+    holder = read_lock(lock_file)
+    if holder is None:
         held = "nobody holds it"
-    except (OSError, ValueError) as exc:
-        held = "it cannot be read: %s" % exc
+    elif holder.get("unreadable"):
+        held = "it names no run" if holder["error"].startswith("JSON") else "it cannot be read: %s" % holder["error"]
+    elif run and holder["id"] == run:
+        return None
     else:
-        found = holder.get("id") if isinstance(holder, dict) else None
-        if run and found == run:
-            return None
-        held = "run %s holds it" % found if isinstance(found, str) and found else "it names no run"
+        held = "run %s holds it" % holder["id"]
     return (
         "this run (%s) does not hold the host's run lock %s (%s), so it changes no layer. Either the lock tasks "
         "were skipped (--skip-tags always, --start-at-task: pick layers with --tags <layer> instead; the lock "
