@@ -252,8 +252,9 @@ VERL_0_4_1 = [
         "reason": (
             "Below cc 8.0 vLLM runs its V0 engine, and a cached prompt prefix launches the Triton "
             "kernel prefix_prefill._fwd_kernel, which needs 81920 B of shared memory in fp32 at "
-            "head_dim 64; a P40 has 49152 B per block. Validation prompts share the system prompt, "
-            "so the first validation dies with OutOfResources (the seed recipe's step-9 crash)."
+            "head_dim 64 (computed for sm_61, not run); a P40 has 49152 B per block. Inferred, never "
+            "reproduced on a P40: validation prompts share a cached prefix, so the first validation "
+            "would launch it, the likely cause of the seed recipe's step-9 crash (docs/patch.md)."
         ),
         "preferred_config": (
             "+actor_rollout_ref.rollout.engine_kwargs.vllm.enable_prefix_caching=False; in 0.4.1 it "
