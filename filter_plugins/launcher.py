@@ -1,4 +1,4 @@
-"""Filters for the training launcher (roles/train/templates/train.sh.j2, train.env.j2).
+"""Filters for the training launcher (templates/train.sh.j2, train.env.j2, rendered by the train role).
 
 The launcher runs as root's chosen training user with values taken from
 inventory and -e, so nothing a user sets may become shell code or Hydra

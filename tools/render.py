@@ -10,11 +10,18 @@
 Variables come from where the train role gets them, in Ansible's order: the
 defaults of the roles of the training play (the stack role's shared values and
 manifests, the profiles among them; data, model, train: the train role's data
-and model paths are the data and model layers' output directories), then
---vars-file files and --var key=value pairs (YAML values, like -e). The
-profile is handed over as preflight_profile, the way the preflight role sets
-it, so train_profile resolves through the role's own default. Templates are
-rendered by Ansible's own Templar with the template module's Jinja settings.
+and model paths are the data and model layers' output directories), then the
+play's group_vars for all hosts (group_vars/all.yml, the file users edit, read
+by Ansible's own vars plugin from playbooks/, as a play of playbooks/train.yml
+gets it), then --vars-file files and --var key=value pairs (YAML values, like
+-e). The profile is handed over as preflight_profile, the way the preflight
+role sets it, so train_profile resolves through the role's own default.
+
+The templates (templates/train.sh.j2, train.env.j2) are found the way the
+train role's template tasks find them, by Ansible's search path for a role's
+task (the role's templates/, then the play's: playbooks/templates, a link to
+templates/), and rendered by Ansible's own Templar with the template module's
+Jinja settings.
 
 The HF rollout's micro-batch is computed from the model's config and the
 card's memory (filter_plugins/rollout.py). On a host the train role reads
@@ -41,8 +48,10 @@ os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
 
 from ansible import constants as C  # noqa: E402
 from ansible.errors import AnsibleError  # noqa: E402
+from ansible.inventory.group import Group  # noqa: E402
 from ansible.parsing.dataloader import DataLoader  # noqa: E402
 from ansible.template import Templar, trust_as_template  # noqa: E402
+from ansible.vars.plugins import get_vars_from_path  # noqa: E402
 
 sys.path.insert(0, str(REPO / "filter_plugins"))
 from control import WHY as CONTROL_WHY  # noqa: E402
@@ -58,12 +67,16 @@ DEFAULTS_FILES = [
     *sorted((REPO / "roles" / "stack" / "defaults" / "main").glob("*.yml")),
     *(REPO / "roles" / role / "defaults" / "main.yml" for role in ("data", "model", "train")),
 ]
-# The train role's own templates, the ones it renders on a host.
-TRAIN_TEMPLATES = REPO / "roles" / "train" / "templates"
+# The directory of the training play (playbooks/train.yml): Ansible loads its group_vars/ and
+# looks in its templates/ for a role's template the role does not hold (both are links to the
+# project's top-level directories of those names).
+PLAY_DIR = REPO / "playbooks"
+TRAIN_ROLE = REPO / "roles" / "train"
+# What the train role renders on a host: file -> (the template task's src, mode).
 TEMPLATES = {
-    "train.sh": (TRAIN_TEMPLATES / "train.sh.j2", 0o755),
+    "train.sh": ("train.sh.j2", 0o755),
     # Its values may be credentials (train_extra_env): readable by the owner only.
-    "train.env": (TRAIN_TEMPLATES / "train.env.j2", 0o600),
+    "train.env": ("train.env.j2", 0o600),
 }
 
 # What a profile must hold for the launcher; (key, test, what it should be).
@@ -185,12 +198,28 @@ def parse_var(text: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
 
 
+def template_source(src: str, play_dir: Path = PLAY_DIR) -> Path:
+    """The file a template task of the train role with this src renders: Ansible's search path for a
+    role's task (the role's templates/, the role, its tasks/), then the play's directory's templates/."""
+    loader = DataLoader()
+    loader.set_basedir(str(play_dir))
+    role = [str(TRAIN_ROLE), str(TRAIN_ROLE / "tasks")]
+    return Path(loader.path_dwim_relative_stack(role, "templates", src, is_role=True))
+
+
+def play_group_vars(loader: DataLoader, play_dir: Path = PLAY_DIR) -> dict[str, Any]:
+    """The group_vars of group all beside the play (group_vars/all.yml), by Ansible's vars plugins."""
+    return get_vars_from_path(loader, str(play_dir), [Group("all")], "task")
+
+
 def load_variables(extra_vars: dict[str, Any] | None = None) -> tuple[DataLoader, dict[str, Any]]:
-    """The training play's role defaults, then extra vars (highest), untemplated."""
+    """The training play's role defaults, then its group_vars for all hosts, then extra vars (highest),
+    untemplated."""
     loader = DataLoader()
     data: dict[str, Any] = {}
     for path in DEFAULTS_FILES:
         data.update(loader.load_from_file(str(path), trusted_as_template=True) or {})
+    data.update(play_group_vars(loader))
     data.update(_trusted(extra_vars or {}))
     return loader, data
 
@@ -248,9 +277,9 @@ def render(profile: str, out_dir: Path, extra_vars: dict[str, Any] | None = None
         raise ValueError("; ".join(problems) + ": " + CONTROL_WHY)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = {}
-    for name, (source, mode) in TEMPLATES.items():
+    for name, (src, mode) in TEMPLATES.items():
         text = templar.template(
-            trust_as_template(source.read_text()),
+            trust_as_template(template_source(src).read_text()),
             escape_backslashes=False,
             # The template module's defaults.
             overrides=dict(trim_blocks=True, lstrip_blocks=False),

@@ -35,7 +35,8 @@ CONTROL = [
     ("\u2028", "the control character U+2028"),
 ]
 SPECS = sorted((REPO / "roles").glob("*/meta/argument_specs.yml"))
-TEMPLATES = sorted((REPO / "roles").glob("*/templates/*.j2"))
+# Each role's templates, and the launcher's in the project's templates/ (the train role's).
+TEMPLATES = sorted((REPO / "roles").glob("*/templates/*.j2")) + sorted((REPO / "templates").glob("*.j2"))
 
 
 def spec_options() -> dict[str, dict]:
@@ -270,7 +271,7 @@ def _template_lines(path: Path):
             heredoc = match.group(2)
 
 
-@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: str(p.relative_to(REPO / "roles")))
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: str(p.relative_to(REPO)))
 def test_no_template_puts_a_value_in_a_comment_or_a_quoted_heredoc(path: Path):
     # Broken case: `# CUDA from {{ cuda_prefix }}` in cuda-env.sh.j2, or `{{ train_log_dir }}` in
     # train.sh's usage text (a newline ends the here-document and the next line runs).
@@ -286,7 +287,7 @@ def test_no_template_puts_a_value_in_a_comment_or_a_quoted_heredoc(path: Path):
 LINE_TEMPLATES = [path for path in TEMPLATES if not path.name.endswith((".sh.j2", ".env.j2"))]
 
 
-@pytest.mark.parametrize("path", LINE_TEMPLATES, ids=lambda p: str(p.relative_to(REPO / "roles")))
+@pytest.mark.parametrize("path", LINE_TEMPLATES, ids=lambda p: str(p.relative_to(REPO)))
 def test_config_and_unit_lines_pass_values_through_one_line(path: Path):
     # An INI, unit or ldconfig line cannot quote a value: the template itself refuses a control
     # character too, for a role run without preflight. Broken case: `index-url = {{ stack_pip_index_url }}`.

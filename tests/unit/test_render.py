@@ -27,10 +27,8 @@ DEFAULTS = REPO / "roles" / "train" / "defaults" / "main.yml"
 MODELS = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml").read_text())[
     "stack_model_architectures"
 ]
-TEMPLATES = [
-    REPO / "roles" / "train" / "templates" / "train.sh.j2",
-    REPO / "roles" / "train" / "templates" / "train.env.j2",
-]
+# The launcher's templates, where the train role and render.py find them (templates/).
+TEMPLATES = [render.template_source(src) for src, _ in render.TEMPLATES.values()]
 # Variables the seed recipe set that nothing reads.
 DEAD_VARIABLES = ("VLLM_DTYPE", "TRITON_MAX_SHARED_MEMORY")
 

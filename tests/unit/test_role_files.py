@@ -1,11 +1,14 @@
 """Roles own their files: what a role copies or renders onto a host lives in that role.
 
 A role's copy and template tasks take a relative src from its own files/ and
-templates/; none reaches out of the role through role_path (`{{ role_path }}/..`,
-`role_path | dirname`), and tools/ holds only what runs on the controller, never a
-script a role installs on a host. The checks are plain functions of a project
-root, so the broken layout (the scripts in tools/, reached through
-`{{ role_path }}/../../tools/`) is shown to fail below.
+templates/, or, for a template the role does not hold, from the play's templates/
+through Ansible's own search path (the launcher's train.sh.j2 and train.env.j2 are in
+the project's templates/, which playbooks/templates links to); none reaches out of the
+role through role_path (`{{ role_path }}/..`, `role_path | dirname`), no template is
+in both places, and tools/ holds only what runs on the controller, never a script a
+role installs on a host. The checks are plain functions of a project root, so the
+broken layout (the scripts in tools/, reached through `{{ role_path }}/../../tools/`)
+is shown to fail below.
 """
 
 from __future__ import annotations
@@ -142,11 +145,17 @@ def copied_sources(root: Path) -> list[dict[str, Any]]:
     return sources
 
 
+# The directory of the stage playbooks: a role's template task that finds no file in the role
+# looks in this directory's templates/ (Ansible's search path ends with the play's directory).
+PLAY_DIR = "playbooks"
+
+
 def misplaced_sources(root: Path) -> list[str]:
     """A src that is not its own role's file, as messages.
 
-    A relative src must be in the role's files/ (copy) or templates/ (template); an
-    absolute one inside the project must be inside the role. An absolute path outside
+    A relative src must be in the role's files/ (copy) or templates/ (template), or, a
+    template, in the play's templates/ (playbooks/templates/) and not in the role's too;
+    an absolute one inside the project must be inside the role. An absolute path outside
     the project is a run-time path (the controller's download cache), not a project file.
     """
     problems = []
@@ -155,6 +164,14 @@ def misplaced_sources(root: Path) -> list[str]:
         if not resolved:
             continue
         role_dir = (root / "roles" / source["role"]).resolve()
+        in_role = (role_dir / source["kind"] / str(resolved)).is_file()
+        in_play = source["kind"] == "templates" and (root / PLAY_DIR / "templates" / str(resolved)).is_file()
+        if not Path(resolved).is_absolute() and in_role and in_play:
+            problems.append(
+                "%s: src %r is in roles/%s/templates/ and in %s/templates/: keep one"
+                % (source["task_file"], source["src"], source["role"], PLAY_DIR)
+            )
+            continue
         if Path(resolved).is_absolute():
             target = Path(os.path.normpath(resolved))
             if target.is_relative_to(root.resolve()) and not target.is_relative_to(role_dir):
@@ -162,10 +179,16 @@ def misplaced_sources(root: Path) -> list[str]:
                     "%s: src %r is %s, outside roles/%s/"
                     % (source["task_file"], source["src"], target.relative_to(root.resolve()), source["role"])
                 )
-        elif not (role_dir / source["kind"] / resolved).is_file():
+        elif not (in_role or in_play):
             problems.append(
-                "%s: src %r is not in roles/%s/%s/"
-                % (source["task_file"], source["src"], source["role"], source["kind"])
+                "%s: src %r is not in roles/%s/%s/%s"
+                % (
+                    source["task_file"],
+                    source["src"],
+                    source["role"],
+                    source["kind"],
+                    " or %s/templates/" % PLAY_DIR if source["kind"] == "templates" else "",
+                )
             )
     return problems
 
@@ -223,7 +246,8 @@ def test_tools_holds_no_script_a_role_installs():
 
 def test_the_checks_fail_on_the_former_layout(tmp_path: Path):
     # The layout before roles owned their files: the model role's fetch tool in tools/,
-    # copied through role_path, and the train role's templates at the project's top.
+    # copied through role_path, and the train role's templates at the project's top, reached
+    # through role_path instead of Ansible's search path.
     root = tmp_path / "project"
     (root / "tools").mkdir(parents=True)
     (root / "tools" / "model_fetch.py").write_text("")
@@ -261,3 +285,21 @@ def test_the_checks_fail_on_the_former_layout(tmp_path: Path):
     )
     assert host_scripts_in_tools(root) == []
     assert [file for file, _ in role_path_escapes(root)] == ["roles/train/vars/main.yml"]
+    # The launcher's templates stay at the top, found through the play's templates/: a relative src
+    # with no playbooks/templates is not found, with the link it is, and a second copy in the role is refused.
+    (root / "roles" / "train" / "vars" / "main.yml").unlink()
+    (root / "roles" / "train" / "tasks" / "main.yml").write_text(
+        yaml.safe_dump([{"name": "y", "ansible.builtin.template": {"src": "train.sh.j2", "dest": "/y"}}])
+    )
+    train = [problem for problem in misplaced_sources(root) if problem.startswith("roles/train/")]
+    assert train == [
+        "roles/train/tasks/main.yml: src 'train.sh.j2' is not in roles/train/templates/ or playbooks/templates/"
+    ]
+    (root / "playbooks").mkdir()
+    (root / "playbooks" / "templates").symlink_to("../templates")
+    assert [problem for problem in misplaced_sources(root) if problem.startswith("roles/train/")] == []
+    (root / "roles" / "train" / "templates").mkdir()
+    (root / "roles" / "train" / "templates" / "train.sh.j2").write_text("")
+    assert [problem for problem in misplaced_sources(root) if problem.startswith("roles/train/")] == [
+        "roles/train/tasks/main.yml: src 'train.sh.j2' is in roles/train/templates/ and in playbooks/templates/: keep one"
+    ]
