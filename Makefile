@@ -6,20 +6,27 @@ BIN := $(CURDIR)/$(VENV)/bin
 CACHE := $(CURDIR)/.cache
 STANDINS := $(CACHE)/standins
 PY_STANDINS := $(CACHE)/standins-python
-MIRROR := $(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) --dir $(PY_STANDINS) --
+# A target serves the stand-ins while it runs, unless a mirror already serves them (make lanes
+# starts one for every lane: the mirror's URL is part of what a host records of its layers, so the
+# fault tests' hosts, started from the default scenario's image, must see the URL it was built with).
+MIRROR = $(if $(VERL_P40_MIRROR_URL),,$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) --dir $(PY_STANDINS) --)
 export PATH := $(BIN):$(PATH)
 export CONTAINERS_CONF := $(CACHE)/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # A recipe line that pipes (a lane's prefix, below) fails when its command does.
 .SHELLFLAGS := -o pipefail -c
-# make lanes runs molecule and integration at once: each serves the stand-ins on a port of its
-# own (molecule: mirror.py's default), and each line they print starts with the lane's name.
-INTEGRATION_MIRROR_PORT ?= 18766
+# Under make lanes each line a target prints starts with the target's name.
 LANE = $(if $(LANES),2>&1 | sed -u 's/^/[$@] /')
-# The default scenario's verified container, committed for the cluster scenario's nodes.
+# The default scenario's verified container, committed for the cluster scenario's nodes and the
+# fault tests that start from a built host.
 STACK_IMAGE := localhost/verl-p40-stack:12
+# The fault tests: on a new container from the Debian 12 image (nothing built), and on one from
+# STACK_IMAGE (every layer built and verified); two workers each, a module or class on each.
+FAULTS_NEW := tests/integration/test_faults.py tests/integration/test_url_faults.py
+FAULTS_BUILT := tests/integration/test_python_faults.py tests/integration/test_built_faults.py
+FAULTS = $(BIN)/python -m pytest -v -n 2 --dist loadscope --durations=15
 
-.PHONY: host-check render setup lint unit images standins molecule integration lanes test demo bench apex-proof clean
+.PHONY: host-check render setup lint unit images standins stack-image molecule faults-new faults-built integration lanes test demo bench apex-proof clean
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
@@ -48,20 +55,28 @@ standins: setup  ## stand-ins for the downloads CI cannot reach (NVIDIA, conda-f
 	$(BIN)/python tests/fixtures/standins.py build --out $(STANDINS)
 	$(BIN)/python tests/fixtures/standins_python.py build --out $(PY_STANDINS)
 
-molecule: images standins  ## converge, idempotence, verify in containers (Debian 12: all layers, then two of it as a Ray cluster; 11: system)
+stack-image: images standins  ## molecule test -s default (Debian 12: every layer converged, idempotent, verified), kept as STACK_IMAGE
 	VERL_P40_COMMIT_IMAGE=1 $(MIRROR) $(BIN)/molecule test -s default $(LANE)
+
+molecule: stack-image  ## then two hosts of STACK_IMAGE as a Ray cluster, and the system layers on Debian 11
 	$(MIRROR) $(BIN)/molecule test -s cluster $(LANE)
-	podman rmi --force $(STACK_IMAGE) >/dev/null
 	$(MIRROR) $(BIN)/molecule test -s bullseye $(LANE)
 
-integration: images standins  ## bad input and faults, against throwaway containers (one per worker; a module's functions, or a class, on one, two at a time)
-	VERL_P40_MIRROR_PORT=$(INTEGRATION_MIRROR_PORT) $(MIRROR) $(BIN)/python -m pytest -v -n 2 --dist loadscope --durations=25 tests/integration $(LANE)
+faults-new: images standins  ## bad input and faults on new containers (nothing built yet)
+	$(MIRROR) $(FAULTS) $(FAULTS_NEW) $(LANE)
 
-# Molecule keeps about one core busy (one host, one task at a time), the fault tests' two
-# workers the others: side by side they take CI's two cores (docs/testing.md). Each line shows
-# as it is printed (no --output-sync, which would hold a whole scenario's output back).
-lanes: setup  ## molecule and integration side by side, each line prefixed with its lane
-	$(MAKE) --no-print-directory -j 2 LANES=1 molecule integration
+faults-built: stack-image  ## faults on containers of STACK_IMAGE (every layer built)
+	$(MIRROR) $(FAULTS) $(FAULTS_BUILT) $(LANE)
+
+integration: faults-new faults-built  ## every fault test
+
+# The default scenario comes first and runs beside the fault tests on new containers; once its
+# image is committed, the cluster and Debian 11 scenarios run beside the fault tests on built
+# hosts. One mirror serves them all. Each line shows as it is printed (no --output-sync, which
+# would hold a whole scenario's output back). The image goes when every user of it is done.
+lanes: setup  ## molecule and integration side by side, each line prefixed with its target
+	$(MIRROR) $(MAKE) --no-print-directory -j 3 LANES=1 molecule integration; \
+	  status=$$?; podman rmi --force $(STACK_IMAGE) >/dev/null 2>&1; exit $$status
 
 test: lint unit lanes  ## everything CI runs
 

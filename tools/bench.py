@@ -38,6 +38,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+import sshd  # noqa: E402
 from prepare_host import prepare  # noqa: E402
 
 # Roles that run on behalf of a layer (included from its tasks): their tasks count for that layer.
@@ -48,9 +49,6 @@ VARS_FILES = [
     ROOT / ".cache/standins-python/standins_python.yml",
     ROOT / "tests/fixtures/ci-vars.yml",
 ]
-
-
-SSH_PORT = 22022
 
 
 def layer_table(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -109,23 +107,6 @@ def machine() -> dict[str, Any]:
         # Other work on the machine slows every figure: the 1-minute load average as the run ended.
         "load_average": round(os.getloadavg()[0], 2),
     }
-
-
-def start_sshd(container: str, workdir: Path) -> None:
-    """An sshd in the container on a loopback port, reached with a throwaway key."""
-    key = workdir / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    script = (
-        "apt-get install -y -qq openssh-server >/dev/null && mkdir -p /root/.ssh /run/sshd && "
-        "cat > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys && "
-        "/usr/sbin/sshd -p %d -o ListenAddress=127.0.0.1 -o PermitRootLogin=prohibit-password" % SSH_PORT
-    )
-    subprocess.run(
-        ["podman", "exec", "-i", container, "sh", "-c", script],
-        input=Path(str(key) + ".pub").read_bytes(),
-        check=True,
-        capture_output=True,
-    )
 
 
 def compact(event: dict[str, Any]) -> dict[str, Any]:
@@ -223,31 +204,11 @@ def main(argv: list[str] | None = None) -> int:
                     }
                 )
             )
-            ssh_inventory = workdir / "inventory" / "ssh.yml"
-            ssh_inventory.write_text(
-                yaml.safe_dump(
-                    {
-                        "all": {
-                            "hosts": {
-                                container: {
-                                    "ansible_connection": "ssh",
-                                    "ansible_host": "127.0.0.1",
-                                    "ansible_port": SSH_PORT,
-                                    "ansible_user": "root",
-                                    "ansible_ssh_private_key_file": str(workdir / "id_ed25519"),
-                                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
-                                    "ansible_ssh_pipelining": True,
-                                    "ansible_python_interpreter": "/usr/bin/python3",
-                                }
-                            }
-                        }
-                    }
-                )
-            )
             # The same extra-vars files and prepare step as the Molecule scenario.
             files = " ".join("-e @%s" % path for path in VARS_FILES)
             prepare(container)
-            start_sshd(container, workdir)
+            ssh_inventory = workdir / "inventory" / "ssh.yml"
+            ssh_inventory.write_text(yaml.safe_dump({"all": {"hosts": {container: sshd.start(container, workdir)}}}))
             events = Path(args.events) if args.events else None
             scenarios = [
                 ("cold converge (podman connection)", inventory, {}, files),

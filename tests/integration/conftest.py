@@ -1,9 +1,17 @@
 """Fault tests: ansible-playbook against a throwaway Debian 12 container.
 
 Each test drives site.yml with bad input or a failing artifact and checks both the message
-and that no layer was left half-built. The container is made from the same local image as
-the Molecule scenario and removed afterwards; the stand-ins are served by the mirror that
-`make integration` starts (tests/fixtures/mirror.py).
+and that no layer was left half-built. Two kinds of host, each removed afterwards:
+
+- `host`: a new container of the Debian 12 image the Molecule scenarios start from, nothing
+  built (one per worker: test_faults.py, test_url_faults.py; `make faults-new`);
+- `built_host`: a container of the default scenario's verified image (STACK_IMAGE, committed by
+  `make stack-image`), every layer built: the faults of a built host start there instead of
+  building CUDA, conda, torch, Apex and verl again (one per module or class;
+  test_python_faults.py, test_built_faults.py; `make faults-built`).
+
+The stand-ins are served by the mirror that make starts (tests/fixtures/mirror.py), on the port
+the image was built with: the mirror's URLs are part of each layer's record.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -24,9 +34,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 import playbook  # noqa: E402
+import sshd  # noqa: E402
 from prepare_host import prepare  # noqa: E402
 
 IMAGE = os.environ.get("STACK_TEST_IMAGE", "localhost/verl-p40-debian:12")
+# The Makefile's STACK_IMAGE: what `molecule test -s default` verified, committed (side_effect.yml).
+BUILT_IMAGE = os.environ.get("STACK_BUILT_IMAGE", "localhost/verl-p40-stack:12")
 STANDINS = ROOT / ".cache" / "standins"
 # The same extra-vars files as the Molecule scenarios: the stand-ins, then what CI changes.
 VARS_FILES = [
@@ -59,24 +72,11 @@ def stack_paths() -> dict[str, str]:
 class Host:
     """One container and the ansible-playbook runs against it."""
 
-    def __init__(self, name: str, workdir: Path) -> None:
+    def __init__(self, name: str, workdir: Path, host_vars: dict[str, Any]) -> None:
         self.name = name
         self.inventory = workdir / "inventory"
         self.inventory.mkdir()
-        (self.inventory / "hosts.yml").write_text(
-            yaml.safe_dump(
-                {
-                    "all": {
-                        "hosts": {
-                            name: {
-                                "ansible_connection": "containers.podman.podman",
-                                "ansible_python_interpreter": "/usr/bin/python3",
-                            }
-                        }
-                    }
-                }
-            )
-        )
+        (self.inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {name: host_vars}}}))
         self.standins = yaml.safe_load((STANDINS / "standins.yml").read_text())
 
     def sh(self, command: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -123,19 +123,56 @@ class Host:
         )
 
 
-@pytest.fixture(scope="session")
-def host(tmp_path_factory):
+def missing_vars_files() -> None:
     missing = [str(path) for path in VARS_FILES if not path.is_file()]
     if missing:
         pytest.fail("missing %s: run `make standins` (make integration does)" % ", ".join(missing))
+
+
+@contextmanager
+def container(image: str, workdir_factory) -> Iterator[Host]:
+    """A container of image, sharing the host's network (the mirror is on 127.0.0.1), removed after.
+    Ansible reaches it over SSH with pipelining (tests/fixtures/sshd.py), as it reaches a real host."""
     name = "verl-p40-it-" + uuid.uuid4().hex[:8]
     subprocess.run(
-        ["podman", "run", "-d", "--init", "--network", "host", "--name", name, IMAGE, "sleep", "infinity"],
+        ["podman", "run", "-d", "--init", "--network", "host", "--name", name, image, "sleep", "infinity"],
         check=True,
         capture_output=True,
     )
     try:
-        prepare(name)
-        yield Host(name, tmp_path_factory.mktemp(name))
+        workdir = workdir_factory.mktemp(name)
+        yield Host(name, workdir, sshd.start(name, workdir))
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="session")
+def host(tmp_path_factory):
+    """A new container, prepared as molecule/default/prepare.yml prepares its host: nothing built."""
+    missing_vars_files()
+    with container(IMAGE, tmp_path_factory) as new:
+        prepare(new.name)
+        yield new
+
+
+# The layers a built host holds: what site.yml builds on a host without a GPU or a cluster.
+BUILT_LAYERS = ("cuda", "cudnn", "conda", "torch", "apex", "verl", "patch", "data", "model", "train")
+
+
+@pytest.fixture(scope="module")
+def built_host(tmp_path_factory):
+    """A container of the default scenario's verified image (prepared and converged there): every
+    layer complete. One per module or class, so that a worker's tests leave the next group's host
+    as the image has it."""
+    missing_vars_files()
+    image = subprocess.run(["podman", "image", "exists", BUILT_IMAGE], check=False)
+    if image.returncode != 0:
+        pytest.fail(
+            "%s is not there: it is the default scenario's verified host. Run `make stack-image` "
+            "(make faults-built and make integration do)." % BUILT_IMAGE
+        )
+    with container(BUILT_IMAGE, tmp_path_factory) as built:
+        states = {layer: built.state(layer).get("status") for layer in BUILT_LAYERS}
+        unbuilt = {layer: status for layer, status in states.items() if status != "complete"}
+        assert unbuilt == {}, "%s has layers that are not complete: %s" % (BUILT_IMAGE, unbuilt)
+        yield built

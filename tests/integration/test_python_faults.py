@@ -1,9 +1,9 @@
-"""Faults of the Python layers: clear messages, nothing half-installed, the next run recovers.
+"""Faults of the Python layers on a built host: clear messages, nothing half-installed, the next run recovers.
 
-make integration (-n 2 --dist loadscope) runs the module's torch and Apex tests on a container
-of their own beside test_faults.py, and the TestVerlLayer class after test_faults.py on its
-container; alone, the file runs in order on one. The CUDA layer Apex needs is built first
-where it is not there yet, and the verl group builds conda, torch and Apex first.
+Each module or class gets a container of the default scenario's verified image (conftest.built_host:
+every layer built), so these start from what a user's host has after a first run instead of building
+conda, torch and Apex again. make faults-built (-n 2 --dist loadscope) runs the module's torch and
+Apex tests on one worker and the TestVerlLayer class on the other; alone, the file runs in order.
 
 What these catch: a refused torch pin left in constraints.txt (later pip calls would be
 pinned to a torch that does not exist); a bad verl_version that deletes a working checkout
@@ -54,21 +54,10 @@ GIT_ARGV_LOG = "/tmp/git-argv.log"
 LOGGING_GIT = '#!/bin/sh\necho "$*" >> %s\nexec /usr/bin/git "$@"\n' % GIT_ARGV_LOG
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cuda_layer(host):
-    """Apex builds against the CUDA layer: build it unless test_faults.py did on this container."""
-    if host.state("cuda").get("status") != "complete":
-        run = host.play("--tags", "cuda")
-        assert run.returncode == 0, run.output[-3000:]
-
-
-@pytest.fixture
-def python_layers(host):
-    """The verl group's tests start from built conda, torch and Apex layers (the other group's tests
-    build them on their own container)."""
-    if host.state("apex").get("status") != "complete":
-        run = host.play("--tags", "conda,torch,apex")
-        assert run.returncode == 0, run.output[-3000:]
+@pytest.fixture(scope="module")
+def host(built_host):
+    """Every fault here is one of a built host."""
+    return built_host
 
 
 def assert_installed_from_the_cached_wheel(host, before: dict) -> None:
@@ -81,14 +70,6 @@ def assert_installed_from_the_cached_wheel(host, before: dict) -> None:
     assert urllib.parse.unquote(after["url"]) == "file://" + wheel
     wheel_lines = [line for line in host.python(WHEEL_RECORD, wheel) if "/RECORD," not in line]
     assert set(wheel_lines) <= set(after["record"])
-
-
-def test_a_user_that_cannot_be_created(host):
-    run = host.play("--tags", "conda", stack_user="Bad User!")
-    assert run.returncode != 0
-    assert "The training user 'Bad User!'" in run.output
-    assert host.state("conda") == {}
-    assert not host.exists("/opt/miniforge3")
 
 
 def test_a_torch_pin_that_does_not_exist(host):
@@ -195,21 +176,24 @@ def test_a_new_pip_index_reaches_the_env_on_a_rerun(host):
     assert "Write .condarc" not in run.output
 
 
-def test_torch_then_a_failing_apex_build(host):
-    run = host.play("--tags", "torch")
-    assert run.returncode == 0, run.output[-3000:]
-    assert host.state("torch")["status"] == "complete"
-
-    run = host.play("--tags", "apex", apex_build_environment={"APEX_STANDIN_FAIL": "1"})
+def test_a_failing_apex_build(host):
+    """A compile that fails (the stand-in source fails on purpose) leaves the layer building, caches no
+    wheel and installs nothing; the next run compiles again. The cache is emptied first, so that the
+    rebuild has to compile rather than take the wheel the image's first build cached; the Apex the
+    image installed stays installed as it was."""
+    host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
+    before = host.python(APEX_DIST)
+    run = host.play("--tags", "apex", rebuild="apex", apex_build_environment={"APEX_STANDIN_FAIL": "1"})
     assert run.returncode != 0
     assert "Apex did not build" in run.output and "its last lines:" in run.output
     assert "APEX_STANDIN_FAIL=1: this source fails to compile on purpose" in run.output
     assert host.state("apex")["status"] == "building"
     assert host.sh("ls /var/cache/verl-p40/apex-wheels 2>/dev/null | wc -l").stdout.strip() == "0"
-    assert host.sh("/opt/miniforge3/envs/verl-env/bin/python -c 'import torch, apex_C'", check=False).returncode != 0
+    assert host.python(APEX_DIST)["record_id"] == before["record_id"], "the failed build installed something"
 
     run = host.play("--tags", "apex")
     assert run.returncode == 0, run.output[-3000:]
+    assert "Compile (log in" in run.output
     assert host.state("apex")["status"] == "complete"
     assert host.sh("/opt/miniforge3/envs/verl-env/bin/python -c 'import torch, apex_C'", check=False).returncode == 0
 
@@ -357,13 +341,13 @@ def test_root_never_runs_what_the_training_user_can_write(host):
 
 
 class TestVerlLayer:
-    """The verl, model and rerun faults, on a verl built on conda, torch and Apex (python_layers).
+    """The verl, model and rerun faults.
 
-    make integration (-n 2 --dist loadscope) runs a class as a scope of its own: these run in order on
-    one worker, beside the module's torch and Apex tests on the other (after test_faults.py there).
+    make faults-built (-n 2 --dist loadscope) runs a class as a scope of its own: these run in order on
+    a built host of their own, beside the module's torch and Apex tests.
     """
 
-    def test_a_verl_tag_that_does_not_exist(self, host, python_layers):
+    def test_a_verl_tag_that_does_not_exist(self, host):
         run = host.play("--tags", "verl")
         assert run.returncode == 0, run.output[-3000:]
         state, working = host.state("verl"), working_verl(host)
@@ -379,7 +363,7 @@ class TestVerlLayer:
         assert host.state("verl") == state
         assert not host.exists(VERL_DIR + ".staging")
 
-    def test_a_verl_tag_at_another_commit(self, host, python_layers):
+    def test_a_verl_tag_at_another_commit(self, host):
         state, working = host.state("verl"), working_verl(host)
         run = host.play("--tags", "verl", verl_commit="0" * 40)
         assert run.returncode != 0
@@ -389,7 +373,7 @@ class TestVerlLayer:
         assert host.state("verl") == state
         assert not host.exists(VERL_DIR + ".staging")
 
-    def test_a_verl_rebuild_keeps_local_work(self, host, python_layers):
+    def test_a_verl_rebuild_keeps_local_work(self, host):
         """A forced rebuild of the verl layer replaced the checkout with rm -rf, the user's edits
         and new files included; now an old checkout holding local work is moved aside, with a
         timestamp, and the run says where."""
@@ -415,7 +399,7 @@ class TestVerlLayer:
         assert host.sh("ls -d %s.kept-*" % VERL_DIR).stdout.split() == [kept]
         host.sh("rm -rf " + kept)
 
-    def test_a_git_credential_stays_off_the_command_line(self, host, python_layers):
+    def test_a_git_credential_stays_off_the_command_line(self, host):
         """A private git mirror's URL may carry a token (https://user:token@host/verl.git). git used to
         get it on its command line (ps shows it) and wrote it into the checkout's .git/config and the
         layer's record. Now git gets the bare URL and the token from a 0600 store that the checkout
@@ -452,7 +436,7 @@ class TestVerlLayer:
         run = host.play("--tags", "verl")
         assert run.returncode == 0, run.output[-3000:]
 
-    def test_a_run_killed_in_the_middle_of_pip(self, host, python_layers):
+    def test_a_run_killed_in_the_middle_of_pip(self, host):
         """A run killed while pip installs verl's set leaves a package half installed, which the next
         pip call calls "already satisfied". The layer was marked building at step pip, so the next run
         reinstalls the set with --force-reinstall: the file the killed run did not write is back."""
@@ -468,7 +452,7 @@ class TestVerlLayer:
         state = host.state("verl")
         assert state["status"] == "complete" and "step" not in state
 
-    def test_a_hugging_face_token_stays_in_its_file(self, host, python_layers):
+    def test_a_hugging_face_token_stays_in_its_file(self, host):
         """stack_hf_token (gated models and datasets) reaches the hub client only as a 0600 file of the
         training user's: the fetch tool says it was given one, and nothing else the run wrote or printed
         (verbose output included) holds it. Without a token the file goes."""
@@ -485,7 +469,7 @@ class TestVerlLayer:
         assert run.returncode == 0, run.output[-3000:]
         assert not host.exists(token_file)
 
-    def test_a_clean_rerun_looks_at_nothing(self, host, python_layers):
+    def test_a_clean_rerun_looks_at_nothing(self, host):
         """A rerun with nothing to do decides from the records and a stat of their files: no probe of the
         env runs. A recorded file that changed, or -e verify, makes that one layer look again."""
         run = host.play("--tags", "torch,apex,verl")
@@ -508,7 +492,7 @@ class TestVerlLayer:
         assert run.returncode == 0, run.output[-3000:]
         assert "Ask the env for apex_C" in run.output and "Import the extensions" in run.output
 
-    def test_a_directory_at_the_checkout_path_that_is_not_a_checkout(self, host, python_layers):
+    def test_a_directory_at_the_checkout_path_that_is_not_a_checkout(self, host):
         """The rebuild's swap moved whatever was at stack_verl_dir to <dir>.old and deleted it; a
         directory there that is not a git checkout (the user's own files) now stops the layer."""
         state = host.state("verl")

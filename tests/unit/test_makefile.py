@@ -1,20 +1,19 @@
 """The Makefile's lanes: make test runs molecule and integration side by side (make lanes).
 
-Two lanes at once must not share a mirror port, must not hide a failure behind the pipe that
-prefixes their lines, and the molecule lane must run the cluster scenario on the default
-scenario's committed image.
+The lanes share one mirror (the stand-ins' URLs are part of what a host records, and the fault
+tests start hosts from the default scenario's image), must not hide a failure behind the pipe
+that prefixes their lines, and the cluster scenario and the fault tests on built hosts start
+from the default scenario's committed image.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-import mirror  # noqa: E402
 
 # A target that prints a line and fails the way a lane's command would.
 PROBE = 'lane-probe: ; sh -c "echo a line; exit 3" $(LANE)'
@@ -42,37 +41,77 @@ def test_a_lane_fails_when_its_command_does(tmp_path: Path):
     assert make("--eval", PROBE, "lane-probe", "LANES=1", makefile=broken).returncode == 0
 
 
+def shared(*args: str) -> subprocess.CompletedProcess:
+    """make -n as make lanes runs its targets: under a mirror that already serves (no second one)."""
+    return subprocess.run(
+        ["make", "--no-print-directory", "-n", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, VERL_P40_MIRROR_URL="http://127.0.0.1:9"),
+        check=False,
+    )
+
+
+def recipe(target: str) -> list[str]:
+    """The recipe lines of a target, as written in the Makefile."""
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(target + ":"))
+    body = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("\t"):
+            break
+        body.append(line.strip())
+    return body
+
+
 def test_make_test_runs_molecule_and_integration_side_by_side():
     test = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("test:"))
     assert test.split(":")[1].split("##")[0].split() == ["lint", "unit", "lanes"]
-    run = make("-n", "lanes")
+    # One mirror for every lane, started around the sub-make; the image goes after it, whatever its status.
+    (first, second) = recipe("lanes")
+    assert first.startswith("$(MIRROR) $(MAKE)")
+    assert "status=$$?" in second and "podman rmi --force $(STACK_IMAGE)" in second and second.endswith("exit $$status")
+    run = shared("lanes")
     assert run.returncode == 0, run.stderr
     (submake,) = [line for line in run.stdout.splitlines() if "LANES=1" in line]
-    assert "-j 2" in submake and submake.split()[-2:] == ["molecule", "integration"]
+    assert "-j 3" in submake and submake.split(";")[0].split()[-2:] == ["molecule", "integration"]
+    assert "mirror.py" not in submake
     # Output sync would hold each scenario's lines back until it ends: no progress for minutes.
     assert "--output-sync" not in submake and " -O" not in submake
 
 
-def test_the_lanes_use_two_mirror_ports_and_prefix_their_lines():
-    run = make("-n", "LANES=1", "molecule", "integration")
+def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_image():
+    """make runs a prerequisite once however many targets name it: the cluster scenario and the fault
+    tests on built hosts both start after the default scenario has committed its image."""
+    run = shared("LANES=1", "molecule", "integration")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    molecule = [line for line in lines if "molecule test -s" in line]
-    assert [re.search(r"molecule test -s (\w+)", line).group(1) for line in molecule] == [
-        "default",
-        "cluster",
-        "bullseye",
+    order = [line for line in lines if "molecule test -s" in line or "tests/integration/" in line]
+    names = [
+        re.search(r"molecule test -s (\w+)", line).group(1) if "molecule test" in line else "faults" for line in order
     ]
-    # The cluster scenario's nodes start from the default scenario's commit (side_effect.yml).
-    assert molecule[0].startswith("VERL_P40_COMMIT_IMAGE=1 ")
-    (integration,) = [line for line in lines if "tests/integration" in line]
-    port = re.match(r"VERL_P40_MIRROR_PORT=(\d+) ", integration)
-    assert port and int(port.group(1)) != mirror.DEFAULT_PORT, integration
-    assert all("VERL_P40_MIRROR_PORT" not in line for line in molecule)
-    for line in [*molecule, integration]:
-        assert line.endswith("| sed -u 's/^/[%s] /'" % ("molecule" if line in molecule else "integration")), line
+    assert names == ["default", "cluster", "bullseye", "faults", "faults"], order
+    assert order[0].startswith("VERL_P40_COMMIT_IMAGE=1 ")
+    assert [line for line in lines if "molecule test -s default" in line] == [order[0]]
+    # Each target's lines carry its name, and under make lanes none starts a mirror of its own.
+    for line in order:
+        assert re.search(r"\| sed -u 's/\^/\[(stack-image|molecule|faults-new|faults-built)\] /'$", line), line
+        assert "mirror.py" not in line
+    # Every fault test file runs in one of the two targets, and none in both.
+    new = [line for line in lines if line.endswith("[faults-new] /'")]
+    built = [line for line in lines if line.endswith("[faults-built] /'")]
+    files = sorted(path.name for path in (ROOT / "tests" / "integration").glob("test_*.py"))
+    named = sorted(re.findall(r"tests/integration/(test_\w+\.py)", " ".join(new + built)))
+    assert named == files
     # One line per test (-v): -q's progress dots end no line, and the prefix shows whole lines only.
-    assert " -v " in integration
-    # Alone (no LANES), a lane prints as it always did.
-    alone = make("-n", "integration").stdout
-    assert "sed" not in alone
+    assert all(" -v " in line for line in new + built)
+
+
+def test_a_target_run_alone_serves_the_standins_itself():
+    run = make("-n", "faults-new")
+    assert run.returncode == 0, run.stderr
+    (faults,) = [line for line in run.stdout.splitlines() if "tests/integration" in line]
+    assert "tests/fixtures/mirror.py" in faults and "sed" not in faults
+    # The port the shared mirror binds is the default: the image's recorded URLs name it.
+    assert "--port" not in faults
