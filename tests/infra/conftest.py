@@ -5,8 +5,10 @@ The expected values come from the same variables the roles use: every role's def
 inventory/hosts.yml), and the extra-vars files in STACK_VARS_FILES (comma-separated, the
 files a Molecule scenario passes with -e @FILE), templated by Ansible itself.
 
-    pytest --hosts=podman://NAME tests/infra
-    STACK_VARS_FILES=my-vars.yml pytest --hosts=ssh://p40-01 tests/infra
+    VERL_P40_SCENARIO=default pytest --hosts=podman://NAME tests/infra
+    VERL_P40_SCENARIO=p40 STACK_VARS_FILES=my-vars.yml pytest --hosts=ssh://p40-01 tests/infra
+
+VERL_P40_SCENARIO names the skip budget of the run (tests/conftest.py, SKIP_BUDGET).
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """The ray layer: the hosts of stack_ray_group are one Ray cluster, a systemd unit per node.
 
-A host outside the group (the default scenario's) has no ray layer. The cluster scenario
-(molecule/cluster) runs this module on each node, one node at a time, the head first: there
-it submits a task to every node, restarts each worker's unit and then its own, and each time
-waits for the cluster to be whole again; then it runs the ray layer on part of the group
-(refused), and with a worker whose Ray never starts (the timeout names it and the ports).
+A host outside the group (the default scenario's) has no ray layer: the first test checks
+that, and the others skip there, saying so. The cluster scenario (molecule/cluster) runs this
+module on each node, one node at a time, the head first: there it submits a task to every
+node, restarts each worker's unit and then its own, and each time waits for the cluster to be
+whole again; then it runs the ray layer on part of the group (refused), and with a worker
+whose Ray never starts (the timeout names it and the ports). On a worker, those tests of the
+head skip, saying so. Each skip counts in the skip budget of the run's scenario (default,
+cluster-head, cluster-worker: tests/conftest.py, set by each molecule/*/verify.yml).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import testinfra
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
@@ -45,6 +49,25 @@ def part(stack) -> str:
     if not stack["__stack_ray_member"]:
         return ""
     return "head" if stack["inventory_hostname"] == stack["__stack_ray_head"] else "worker"
+
+
+def only_on_a_member(stack) -> None:
+    """Skip, saying why, on a host outside the Ray group (the default scenario's): it has no ray layer."""
+    if not part(stack):
+        pytest.skip(
+            "%s is not in the Ray group %s: no ray layer here (test_the_layer_is_where_the_group_puts_it checks that)"
+            % (stack["inventory_hostname"], stack["stack_ray_group"])
+        )
+
+
+def only_on_the_head(stack) -> None:
+    """Skip, saying why, on every node but the head: the head's run drives the whole cluster."""
+    only_on_a_member(stack)
+    if part(stack) != "head":
+        pytest.skip(
+            "%s is a worker: this test drives the cluster from its head, %s, in the head's run"
+            % (stack["inventory_hostname"], stack["__stack_ray_head"])
+        )
 
 
 def as_user(host, stack, code: str):
@@ -120,8 +143,7 @@ def test_the_layer_is_where_the_group_puts_it(host, stack):
 
 
 def test_the_node_runs_as_the_training_user_with_the_launchers_environment(host, stack):
-    if not part(stack):
-        return
+    only_on_a_member(stack)
     service = "verl-ray-%s.service" % part(stack)
     assert host.service(service).is_running and host.service(service).is_enabled
     pid = host.check_output("systemctl show -p MainPID --value %s" % service)
@@ -145,8 +167,7 @@ def test_the_node_runs_as_the_training_user_with_the_launchers_environment(host,
 
 
 def test_every_node_joined_and_runs_a_task_there(host, stack):
-    if part(stack) != "head":
-        return
+    only_on_the_head(stack)
     nodes = live_nodes(host, stack)
     assert sorted(n["host"] for n in nodes) == sorted(stack["__stack_ray_hosts"])
     gpus = json.loads(host.file(stack["stack_state_dir"] + "/ray.json").content_string)["details"]["gpus"]
@@ -158,8 +179,7 @@ def test_every_node_joined_and_runs_a_task_there(host, stack):
 
 
 def test_a_restarted_worker_rejoins(host, stack):
-    if part(stack) != "head":
-        return
+    only_on_the_head(stack)
     for worker in [name for name in stack["__stack_ray_hosts"] if name != stack["__stack_ray_head"]]:
         before = {n["id"] for n in live_nodes(host, stack) if n["host"] == worker}
         other_host(host, worker).check_output("systemctl restart verl-ray-worker.service")
@@ -168,8 +188,7 @@ def test_a_restarted_worker_rejoins(host, stack):
 
 
 def test_a_restarted_head_brings_the_cluster_back(host, stack):
-    if part(stack) != "head":
-        return
+    only_on_the_head(stack)
     before = {n["id"] for n in live_nodes(host, stack)}
     host.check_output("systemctl restart verl-ray-head.service")
     # The workers give up on the old head (RAY_gcs_rpc_server_reconnect_timeout_s) and their units restart them.
@@ -184,8 +203,7 @@ def play(*args: str):
 
 
 def test_a_play_that_misses_a_node_is_refused(host, stack):
-    if part(stack) != "head":
-        return
+    only_on_the_head(stack)
     worker = [name for name in stack["__stack_ray_hosts"] if name != stack["__stack_ray_head"]][0]
     rc, output = play("--tags", "ray", "--limit", stack["__stack_ray_head"])
     assert rc != 0
@@ -193,8 +211,7 @@ def test_a_play_that_misses_a_node_is_refused(host, stack):
 
 
 def test_a_node_that_does_not_join_is_named_with_the_ports(host, stack):
-    if part(stack) != "head":
-        return
+    only_on_the_head(stack)
     worker = [name for name in stack["__stack_ray_hosts"] if name != stack["__stack_ray_head"]][0]
     node = other_host(host, worker)
     before = {n["id"] for n in live_nodes(host, stack) if n["host"] == worker}

@@ -126,6 +126,84 @@ def test_dry_run_carries_the_profile(composed, stack):
     assert composed["trainer"]["n_gpus_per_node"] == stack["train_n_gpus_per_node"]
 
 
+def equal_chunks(rows: int, micro: int) -> bool:
+    """verl 0.4.1's hf rollout (hf_rollout.py:47): rows // micro chunks (at least one), which
+    DataProto.chunk must cut into equal parts (protocol.py:663)."""
+    chunks = max(rows // micro, 1)
+    return rows % chunks == 0
+
+
+def test_batch_sizes_are_ones_verl_runs_with(composed):
+    """The batch arithmetic verl 0.4.1 asserts only minutes into a run, worked out here from the
+    composed config itself (train.sh --dry-run: verl's own Hydra), not by validate_overrides.py,
+    the train role's checker and test_overrides_compose_with_installed_verl's only oracle. A
+    validate_overrides.py that exits 0 on wrong batch sizes, with a launcher rendered with them
+    (prompts or sequences the GPUs do not divide, a micro-batch set twice or not at all, a
+    per-GPU mini-batch that is not a multiple of its micro-batch, an hf rollout micro-batch
+    that cuts a GPU's prompts into unequal chunks, no validation batch size), fails here.
+
+    The rules, from verl 0.4.1's source: ray_trainer.py's _validate_config (lines 363-481),
+    fsdp_workers.py's normalization of the mini- and micro-batches (156-166, 859-869), the
+    prompts split equally among the GPUs (decorator.py's DP_COMPUTE_PROTO dispatch, no padding
+    unless VERL_AUTO_PADDING), and the hf rollout's chunks, validation batches padded to a
+    multiple of the GPUs (ray_trainer.py:649) included."""
+    arr, critic, data, trainer, algorithm = (
+        composed[key] for key in ("actor_rollout_ref", "critic", "data", "trainer", "algorithm")
+    )
+    actor, rollout, ref = arr["actor"], arr["rollout"], arr["ref"]
+    gpus = trainer["n_gpus_per_node"] * trainer["nnodes"]
+    batch, n = data["train_batch_size"], rollout["n"]
+    gae = algorithm["adv_estimator"] == "gae"
+    problems = []
+    if batch * n % gpus:
+        problems.append("train_batch_size %d x rollout.n %d does not divide among %d GPUs" % (batch, n, gpus))
+    if batch % gpus:
+        problems.append("the %d prompts of a step do not divide among %d GPUs" % (batch, gpus))
+    micro_batches = []
+    if not actor["use_dynamic_bsz"]:
+        micro_batches += [("actor", actor, "ppo_micro_batch_size"), ("rollout", rollout, "log_prob_micro_batch_size")]
+        if algorithm["use_kl_in_reward"] or actor["use_kl_loss"]:
+            micro_batches.append(("ref", ref, "log_prob_micro_batch_size"))
+    if gae and not critic["use_dynamic_bsz"]:
+        micro_batches.append(("critic", critic, "ppo_micro_batch_size"))
+    for name, section, key in micro_batches:
+        given = [k for k in (key, key + "_per_gpu") if section.get(k) is not None]
+        if len(given) != 1:
+            problems.append("%s: %s set, verl needs exactly one of %s, %s_per_gpu" % (name, given, key, key))
+    for name, section in [("actor", actor)] + ([("critic", critic)] if gae else []):
+        if section["use_dynamic_bsz"]:
+            continue
+        if batch < section["ppo_mini_batch_size"]:
+            problems.append(
+                "%s: ppo_mini_batch_size %d > train_batch_size %d" % (name, section["ppo_mini_batch_size"], batch)
+            )
+        dp = gpus // section.get("ulysses_sequence_parallel_size", 1)
+        mini = section["ppo_mini_batch_size"] * n // dp
+        micro = section.get("ppo_micro_batch_size_per_gpu") or (section.get("ppo_micro_batch_size") or 0) // dp
+        if mini < 1 or micro < 1 or mini % micro:
+            problems.append(
+                "%s: per-GPU mini-batch %d, micro-batch %d (must be a positive multiple)" % (name, mini, micro)
+            )
+    if rollout["name"] == "hf":
+        micro = rollout.get("micro_batch_size") or 0
+        if micro < 1:
+            problems.append("hf rollout without a micro_batch_size: it generates a GPU's whole batch at once")
+        else:
+            if not equal_chunks(batch // gpus, micro):
+                problems.append("hf rollout: %d prompts per GPU in chunks of %d" % (batch // gpus, micro))
+            size = data.get("val_batch_size")
+            if size is None:
+                problems.append("hf rollout: val_batch_size is null, the whole validation set is one batch")
+            else:
+                # Every validation batch, the last smaller one included, repeated val_kwargs.n times,
+                # padded to a multiple of the GPUs and split among them.
+                repeat = rollout["val_kwargs"]["n"]
+                bad = [rows for rows in range(1, size + 1) if not equal_chunks(-(-rows * repeat // gpus), micro)]
+                if bad:
+                    problems.append("hf rollout: validation batches of %s rows split unequally" % bad[:5])
+    assert problems == [], problems
+
+
 def test_dry_run_on_pascal_is_the_p40_set(composed, stack):
     """The P40's needs, spelled out: fp32 everywhere, eager attention, the HF rollout."""
     if stack["train_profile"]["name"] != "pascal":
@@ -148,8 +226,9 @@ def test_hf_rollout_is_sized_from_the_host(host, stack, layer_state):
     # The train role read the model's config.json and preflight's GPU memory; the
     # launcher's header says what it computed, and validation is one chunk per GPU.
     profile = layer_state("preflight")["inputs"]["profile"]
-    if stack["stack_gpu_profiles"][profile]["rollout_backend"] != "hf":
-        return
+    backend = stack["stack_gpu_profiles"][profile]["rollout_backend"]
+    if backend != "hf":
+        pytest.skip("the %s profile's rollout backend is %s: nothing sizes an hf rollout" % (profile, backend))
     script = stack["train_work_dir"] + "/train.sh"
     assert "computed by filter_plugins/rollout.py" in host.file(script).content_string
     with host.sudo(stack["stack_user"]):

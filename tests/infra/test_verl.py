@@ -1,6 +1,7 @@
 """The verl layer: the pinned checkout, installed editable, torch untouched."""
 
 import json
+import re
 
 from stack import pip_check_problems
 
@@ -28,6 +29,26 @@ def test_pip_check(host, stack):
     result = host.run(stack["stack_env_prefix"] + "/bin/python -m pip check")
     run = {"rc": result.rc, "stdout": result.stdout, "stderr": result.stderr}
     assert pip_check_problems(run, stack["verl_pip_check_allowed"]) == []
+
+
+def test_pip_check_read_here(host, stack):
+    """pip check's own verdict, read here without pip_check_problems (filter_plugins/stack.py),
+    which the verl role and test_pip_check above both trust. With no finding allowed (the
+    default: verl 0.4.1's pinned set has none), pip must exit 0 and print only its all-clear;
+    with some allowed, each line it prints must match one of them. A conflicting install that
+    a pip_check_problems returning [] lets through, or a pip that did not run (exit 127, a
+    traceback), fails here."""
+    result = host.run(stack["stack_env_prefix"] + "/bin/python -m pip check")
+    said = "exit %s\nstdout: %s\nstderr: %s" % (result.rc, result.stdout, result.stderr)
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    allowed = [re.compile(pattern) for pattern in stack["verl_pip_check_allowed"] or []]
+    assert "Traceback" not in result.stderr, said
+    if result.rc == 0 or not allowed:
+        assert result.rc == 0 and lines == ["No broken requirements found."], said
+    else:
+        # Exit 1: pip found something; each finding must be one the inventory accepts.
+        assert result.rc == 1 and lines, said
+        assert [line for line in lines if not any(pattern.search(line) for pattern in allowed)] == [], said
 
 
 def test_layer_state(layer_state, stack):
