@@ -68,14 +68,16 @@ def recipe(target: str) -> list[str]:
 def test_make_test_runs_molecule_and_integration_side_by_side():
     test = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("test:"))
     assert test.split(":")[1].split("##")[0].split() == ["lint", "unit", "lanes"]
-    # One mirror for every lane, started around the sub-make; the image goes after it, whatever its status.
+    # One mirror for every lane, started around the sub-make; the image goes after it, on a line of its
+    # own: make -n runs a line that names $(MAKE), so a removal on that line would run under a dry run
+    # (this test's) and take the image from under a make lanes running beside it.
     (first, second) = recipe("lanes")
-    assert first.startswith("$(MIRROR) $(MAKE)")
-    assert "status=$$?" in second and "podman rmi --force $(STACK_IMAGE)" in second and second.endswith("exit $$status")
+    assert first.startswith("$(MIRROR) $(MAKE)") and "podman" not in first
+    assert second.startswith("podman rmi --force $(STACK_IMAGE)")
     run = shared("lanes")
     assert run.returncode == 0, run.stderr
     (submake,) = [line for line in run.stdout.splitlines() if "LANES=1" in line]
-    assert "-j 3" in submake and submake.split(";")[0].split()[-2:] == ["molecule", "integration"]
+    assert "-j 3" in submake and submake.split()[-2:] == ["molecule", "integration"]
     assert "mirror.py" not in submake
     # Output sync would hold each scenario's lines back until it ends: no progress for minutes.
     assert "--output-sync" not in submake and " -O" not in submake
