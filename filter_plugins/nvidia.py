@@ -333,6 +333,32 @@ def _describe(profiles: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def gpu_cuda_arch_list(gpus: list[dict[str, Any]], default: Any) -> str:
+    """TORCH_CUDA_ARCH_LIST for code compiled on this host (Apex): the GPUs' compute capabilities.
+
+    Each once, lowest first, as torch spells the list: "6.0" for a P100, "6.1" for a P40, P4 or
+    GTX 10xx, "6.0;6.1" for a host with both. Code built for sm_61 alone does not run on a
+    P100 (sm_60), nor the other way round, so the list is the cards', not the profile's.
+    With no GPU (a build host, CI) it is ``default``: the profile's cuda_arch_list.
+    """
+    if not gpus:
+        default = str(default if default is not None else "").strip()
+        if not default:
+            raise AnsibleFilterError(
+                "No GPU found and no arch list to fall back on: give the GPU profile a cuda_arch_list "
+                "(stack_gpu_profiles) or set apex_cuda_arch_list."
+            )
+        return default
+    found = set()
+    for gpu in gpus:
+        cc = str(gpu.get("compute_capability", ""))
+        if not _CC_RE.match(cc):
+            raise AnsibleFilterError(f"GPU {gpu.get('index', '?')} has no compute capability like 6.1: {cc!r}.")
+        major, minor = cc.split(".")
+        found.add((int(major), int(minor)))
+    return ";".join(f"{major}.{minor}" for major, minor in sorted(found))
+
+
 def gpu_summary(gpus: list[dict[str, Any]]) -> str:
     """One line for the log, e.g. '2 x Tesla P40 (cc 6.1, 24576 MiB), driver 535.183.01'."""
     if not gpus:
@@ -365,6 +391,7 @@ class FilterModule:
             "nvidia_smi_error": nvidia_smi_error,
             "gpu_profile_select": gpu_profile_select,
             "gpu_summary": gpu_summary,
+            "gpu_cuda_arch_list": gpu_cuda_arch_list,
             "gpus_picked": gpus_picked,
             "nvidia_smi_p2p_query": nvidia_smi_p2p_query,
             "nvidia_smi_p2p": nvidia_smi_p2p,

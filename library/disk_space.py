@@ -12,6 +12,9 @@ description:
   - For each item of O(requirements) (a path, which need not exist yet, and the GiB it needs)
     finds the filesystem that will hold it (that of its nearest existing ancestor).
     Requirements on one filesystem add up.
+  - Each shortfall names the paths on that filesystem, the GiB each needs, and what each
+    requirement says about itself (O(requirements[].why), the variables that move the path or
+    change its size), so that a refusal says what to change.
   - Never changes anything and never fails for lack of space; the caller judges RV(shortfalls).
 options:
   requirements:
@@ -28,6 +31,10 @@ options:
         description: GiB of free space O(requirements[].path) needs.
         type: float
         required: true
+      why:
+        description: What sets this requirement (the variables behind the path and the size), quoted in a shortfall.
+        type: str
+        default: ""
 extends_documentation_fragment:
   - action_common_attributes
 attributes:
@@ -47,7 +54,7 @@ EXAMPLES = r"""
 - name: Check free disk space
   disk_space:
     requirements:
-      - {path: /usr/local/cuda-11.8, min_free_gb: 8}
+      - {path: /usr/local/cuda-11.8, min_free_gb: 8, why: "cuda_prefix; preflight_disk_cuda_gb"}
       - {path: /var/cache/verl-p40, min_free_gb: 6}
   register: space
 """
@@ -83,7 +90,9 @@ shortfalls:
   type: list
   elements: str
   returned: always
-  sample: ["/ (for /usr/local/cuda-11.8, /var/cache/verl-p40) has 9.5 GiB free, needs 14.0 GiB"]
+  sample:
+    - "/ has 9.5 GiB free, needs 14.0 GiB for /usr/local/cuda-11.8 8.0 GiB (cuda_prefix; preflight_disk_cuda_gb),
+      /var/cache/verl-p40 6.0 GiB"
 """
 
 import os
@@ -109,6 +118,8 @@ def mount_point(path: str) -> str:
 
 def check(requirements: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     by_device: dict[int, dict[str, Any]] = {}
+    # Per filesystem: each path with its size and what sets it, for the shortfall's sentence.
+    parts: dict[int, list[str]] = {}
     for req in requirements:
         anchor = existing_ancestor(str(req["path"]))
         stat = os.statvfs(anchor)
@@ -123,10 +134,14 @@ def check(requirements: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
         )
         slot["needed_gb"] += float(req["min_free_gb"])
         slot["paths"].append(str(req["path"]))
+        why = str(req.get("why") or "")
+        parts.setdefault(id(slot), []).append(
+            "%s %.1f GiB%s" % (req["path"], float(req["min_free_gb"]), " (%s)" % why if why else "")
+        )
     filesystems = sorted(by_device.values(), key=lambda fs: fs["mount"])
     shortfalls = [
-        "%s (for %s) has %.1f GiB free, needs %.1f GiB"
-        % (fs["mount"], ", ".join(fs["paths"]), fs["free_gb"], fs["needed_gb"])
+        "%s has %.1f GiB free, needs %.1f GiB for %s"
+        % (fs["mount"], fs["free_gb"], fs["needed_gb"], ", ".join(parts[id(fs)]))
         for fs in filesystems
         if fs["free_gb"] < fs["needed_gb"]
     ]
@@ -140,7 +155,11 @@ def main() -> None:
                 type="list",
                 elements="dict",
                 required=True,
-                options=dict(path=dict(type="str", required=True), min_free_gb=dict(type="float", required=True)),
+                options=dict(
+                    path=dict(type="str", required=True),
+                    min_free_gb=dict(type="float", required=True),
+                    why=dict(type="str", default=""),
+                ),
             )
         ),
         supports_check_mode=True,

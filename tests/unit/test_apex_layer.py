@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import run_play
 
@@ -90,3 +91,60 @@ def test_off_is_refused_where_the_model_needs_apex(tmp_path: Path):
     ]
     # No profile and no model needs it today: the defaults let it be skipped (the test above).
     assert not any(profile.get("needs_apex") for profile in PROFILES.values())
+
+
+# -- What Apex compiles for: the cards preflight found ------------------------------------------
+
+SMI_SAMPLES = REPO / "tests/unit/samples/nvidia-smi"
+
+
+def arch_list(tmp_path: Path, sample: str | None, **extra: object) -> str:
+    """apex_cuda_arch_list as the apex role reads it once preflight chose the profile (its own
+    profile.yml) for the GPUs of a recorded nvidia-smi sample (None: a host without a GPU, as CI).
+    `extra` are play variables: what a user sets in group_vars, host_vars or the play."""
+    text = "" if sample is None else (SMI_SAMPLES / sample).read_text()
+    smi = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
+    gpus = "{{ __smi | nvidia_smi_gpus }}"
+    play = {
+        "vars": {"__smi": smi, "preflight_gpus": gpus, "preflight_gpus_found": gpus, **extra},
+        "pre_tasks": [
+            {
+                "name": "Preflight's profile",
+                "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "profile.yml"},
+            }
+        ],
+        # The apex role's defaults, as its layer reads them; none of its tasks runs.
+        "roles": [{"role": "apex", "when": False}],
+    }
+    task = {
+        "name": "The arch list",
+        "ansible.builtin.debug": {"msg": "ARCH [{{ apex_cuda_arch_list }}] [{{ __apex_inputs.arch }}]"},
+    }
+    done = run_play(tmp_path, [task], callback="default", **play)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found, recorded = re.search(r"ARCH \[([^\]]*)\] \[([^\]]*)\]", done.stdout).groups()
+    assert recorded == found  # the layer's record (and so its wheel key) holds what it builds for
+    return found
+
+
+@pytest.mark.parametrize(
+    ("sample", "expected"),
+    [
+        # A constant 6.1 fails the P100: an sm_61-only Apex has no code for sm_60.
+        ("p100-x2.txt", "6.0"),
+        ("p40-x2-ecc.txt", "6.1"),
+        ("gtx1080ti-x2.txt", "6.1"),
+        ("p40-x2-p100-x2.txt", "6.0;6.1"),
+        # No GPU (CI, make demo): the pascal profile's 6.1, what CI has always built; a change here
+        # would change CI's Apex check and its wheel cache key.
+        (None, "6.1"),
+    ],
+)
+def test_apex_builds_for_the_cards_found(tmp_path: Path, sample: str | None, expected: str):
+    assert arch_list(tmp_path, sample) == expected
+
+
+def test_apex_cuda_arch_list_set_by_the_user_wins(tmp_path: Path):
+    # Set at play level (as group_vars or host_vars would be): a preflight that set_fact'ed
+    # apex_cuda_arch_list itself would beat it, and fail here.
+    assert arch_list(tmp_path, "p100-x2.txt", apex_cuda_arch_list="6.0;6.1;7.0") == "6.0;6.1;7.0"

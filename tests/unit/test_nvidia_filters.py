@@ -28,7 +28,10 @@ PROFILES = {
 
 
 def sample(name: str) -> str:
-    return (SAMPLES / name).read_text()
+    """A sample as nvidia-smi printed it. A constructed sample says so in leading '#' lines, which
+    nvidia-smi never prints; they are dropped here, so the parser sees only nvidia-smi's format."""
+    lines = (SAMPLES / name).read_text().splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith("#"))
 
 
 # sample -> (name, compute_capability, memory_mib, pci_bus_id) per GPU, driver
@@ -69,6 +72,21 @@ GPU_SAMPLES = {
             ("NVIDIA GeForce RTX 3090", "8.6", 24576, "00000000:02:00.0"),
         ],
         "535.183.01",
+    ),
+    # Constructed (the files say so): the other Pascal cards, each with the memory it reports.
+    "p100-x2.txt": (
+        [
+            ("Tesla P100-PCIE-16GB", "6.0", 16280, "00000000:3B:00.0"),
+            ("Tesla P100-PCIE-16GB", "6.0", 16280, "00000000:AF:00.0"),
+        ],
+        "570.172.08",
+    ),
+    "gtx1080ti-x2.txt": (
+        [
+            ("NVIDIA GeForce GTX 1080 Ti", "6.1", 11264, "00000000:01:00.0"),
+            ("NVIDIA GeForce GTX 1080 Ti", "6.1", 11264, "00000000:02:00.0"),
+        ],
+        "570.172.08",
     ),
 }
 
@@ -246,7 +264,13 @@ def test_error_advice_for_other_failures(text: str, words: list[str]) -> None:
 
 @pytest.mark.parametrize(
     ("name", "profile"),
-    [("p40-single.txt", "pascal"), ("p40-x4.txt", "pascal"), ("p40-x2-p100-x2.txt", "pascal")],
+    [
+        ("p40-single.txt", "pascal"),
+        ("p40-x4.txt", "pascal"),
+        ("p40-x2-p100-x2.txt", "pascal"),
+        ("p100-x2.txt", "pascal"),
+        ("gtx1080ti-x2.txt", "pascal"),
+    ],
 )
 def test_profile_selected_from_gpus(name: str, profile: str) -> None:
     gpus = nvidia.nvidia_smi_gpus(sample(name))
@@ -324,6 +348,42 @@ def test_bad_profiles_are_refused(profiles: dict, words: list[str]) -> None:
         assert word in str(error.value)
 
 
+# --- gpu_cuda_arch_list: what Apex compiles for ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "arch_list"),
+    [
+        # A constant "6.1" fails here: an sm_61-only build has no code a P100 (sm_60) can run.
+        ("p100-x2.txt", "6.0"),
+        ("p40-single.txt", "6.1"),
+        ("p40-x2-ecc.txt", "6.1"),
+        ("gtx1080ti-x2.txt", "6.1"),
+        # Both, each once, lowest first: a list of the first GPU's only, or one entry per GPU, fails.
+        ("p40-x2-p100-x2.txt", "6.0;6.1"),
+    ],
+)
+def test_arch_list_is_the_cards_own(name: str, arch_list: str) -> None:
+    gpus = nvidia.nvidia_smi_gpus(sample(name))
+    assert nvidia.gpu_cuda_arch_list(gpus, "9.9") == arch_list
+
+
+def test_arch_list_sorts_by_number_not_text() -> None:
+    gpus = [{"index": 0, "compute_capability": "10.0"}, {"index": 1, "compute_capability": "9.0"}]
+    assert nvidia.gpu_cuda_arch_list(gpus, "") == "9.0;10.0"
+
+
+def test_arch_list_without_gpu_is_the_profile_default() -> None:
+    # CI and other GPU-less build hosts: the pascal profile's 6.1, what CI's Apex has always built.
+    assert nvidia.gpu_cuda_arch_list([], "6.1") == "6.1"
+    assert nvidia.gpu_cuda_arch_list([], 6.1) == "6.1"  # an unquoted YAML value
+
+
+def test_arch_list_without_gpu_or_default_is_refused() -> None:
+    with pytest.raises(AnsibleFilterError, match="apex_cuda_arch_list"):
+        nvidia.gpu_cuda_arch_list([], "")
+
+
 # --- gpu_summary -------------------------------------------------------------
 
 
@@ -363,6 +423,7 @@ def test_filter_module_lists_the_filters() -> None:
         "nvidia_smi_error",
         "gpu_profile_select",
         "gpu_summary",
+        "gpu_cuda_arch_list",
     }
 
 

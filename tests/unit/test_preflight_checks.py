@@ -1,0 +1,344 @@
+"""Preflight's arithmetic (filter_plugins/preflight.py) and its wiring through the role.
+
+The OS: Debian 11 and 12 are converged in CI, Ubuntu 20.04/22.04/24.04 accepted with a warning,
+anything else (Debian 13 among them, for now) refused. Free disk: every path the stack writes,
+each sized by a variable or by the model, left out once its layer is built, added up per
+filesystem by the disk_space module. RAM: what the profile's CPU offload, the model loading and
+Ray take on a host that trains.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from conftest import REPO, run_play
+
+
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+preflight = _load("preflight_filters", REPO / "filter_plugins" / "preflight.py")
+disk_space = _load("disk_space_module", REPO / "library" / "disk_space.py")
+
+ROLE = REPO / "roles" / "preflight"
+DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+SPEC = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+TABLE = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__preflight_disk_paths"]
+STACK = yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())
+PROFILES = yaml.safe_load((REPO / "roles/stack/defaults/main/gpu_profiles.yml").read_text())["stack_gpu_profiles"]
+
+
+def profile(name: str) -> dict[str, Any]:
+    return dict(PROFILES[name], name=name)
+
+
+# -- The OS ------------------------------------------------------------------------------------------
+
+TESTED = DEFAULTS["preflight_supported_os"]
+UNTESTED = DEFAULTS["preflight_untested_os"]
+
+
+def test_the_lists_claim_only_what_ci_converges():
+    # Nothing but Debian 11 and 12 is converged in CI: an Ubuntu release in this list is the old claim.
+    assert TESTED == {"Debian": ["11", "12"]}
+    assert UNTESTED == {"Ubuntu": ["20.04", "22.04", "24.04"]}
+
+
+@pytest.mark.parametrize("version", ["11", "12"])
+def test_a_release_ci_converges_is_said_to_be_tested(version: str):
+    found = preflight.preflight_os("Debian", version, TESTED, UNTESTED)
+    assert found["accepted"] and found["tested"]
+    assert "converged in CI" in found["message"] and "WARNING" not in found["message"]
+
+
+@pytest.mark.parametrize("version", ["20.04", "22.04", "24.04"])
+def test_ubuntu_goes_on_with_a_warning_that_it_is_not_tested(version: str):
+    found = preflight.preflight_os("Ubuntu", version, TESTED, UNTESTED)
+    assert found["accepted"] and not found["tested"]
+    assert found["message"].startswith("WARNING: Ubuntu %s is accepted but NOT tested here" % version)
+    assert "Debian 11/12" in found["message"]
+
+
+@pytest.mark.parametrize(
+    ("distribution", "version"), [("Debian", "13"), ("Debian", "10"), ("Ubuntu", "18.04"), ("Fedora", "40")]
+)
+def test_other_releases_are_refused_naming_both_lists(distribution: str, version: str):
+    found = preflight.preflight_os(distribution, version, TESTED, UNTESTED)
+    assert not found["accepted"]
+    # The wording the fault test of a built host (tests/infra/test_preflight.py) looks for.
+    assert found["message"].startswith("%s %s is not supported." % (distribution, version))
+    assert "Converged in CI: Debian 11/12" in found["message"]
+    assert "not tested here: Ubuntu 20.04/22.04/24.04" in found["message"]
+    assert "preflight_untested_os" in found["message"]
+
+
+def test_a_release_written_as_a_number_still_matches():
+    assert preflight.preflight_os("Debian", "12", {"Debian": [11, 12]}, {})["tested"]
+
+
+CODENAMES = {
+    "Debian": {"11": "bullseye", "12": "bookworm", "13": "trixie"},
+    "Ubuntu": {"20.04": "focal", "22.04": "jammy", "24.04": "noble"},
+}
+
+
+@pytest.mark.parametrize("meta", sorted(REPO.glob("roles/*/meta/main.yml")), ids=lambda path: path.parts[-3])
+def test_every_roles_platforms_are_the_releases_preflight_accepts(meta: Path):
+    platforms = yaml.safe_load(meta.read_text())["galaxy_info"]["platforms"]
+    accepted: dict[str, set[str]] = {}
+    for releases in (TESTED, UNTESTED):
+        for distribution, versions in releases.items():
+            accepted.setdefault(distribution, set()).update(CODENAMES[distribution][str(v)] for v in versions)
+    assert {platform["name"]: set(platform["versions"]) for platform in platforms} == accepted
+
+
+def test_the_readme_says_which_releases_are_tested():
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert "Converged in CI: Debian 12 (the whole stack) and Debian 11" in text
+    assert "Accepted but not tested here, expected to work: Ubuntu 20.04, 22.04 and 24.04" in text
+
+
+def test_ubuntu_24_04_builds_with_gcc_11():
+    # Its default gcc is 13, which nvcc 11.8 refuses: the cuda layer must install and use gcc-11 there,
+    # as on Debian 12, or accepting 24.04 only moves the failure to the cuda layer.
+    data = yaml.safe_load((REPO / "roles/cuda/vars/Ubuntu-24.yml").read_text())
+    assert data["__cuda_default_host_compiler"] == "/usr/bin/g++-11"
+    assert {"gcc-11", "g++-11"} <= set(data["__cuda_compiler_packages"])
+
+
+# -- Free disk -----------------------------------------------------------------------------------------
+
+# What the system stage's play holds: the stack role's paths, cuDNN's (its role is in the play), and
+# preflight's sizes; the data, model and train roles' paths are not there ('' as the lookup gives them).
+SYSTEM_STAGE = {
+    "cuda_prefix": "/usr/local/cuda-11.8",
+    "cudnn_prefix": "/opt/cudnn/8.9.7.29-cuda11",
+    "stack_cache_dir": "/var/cache/verl-p40",
+    "stack_conda_prefix": "/opt/miniforge3",
+    "stack_verl_dir": "/home/verl/verl-p40/verl",
+    "stack_work_dir": "/home/verl/verl-p40",
+    "data_output_dir": "",
+    "model_dir": "",
+    "train_checkpoint_dir": "",
+    "train_work_dir": "",
+    "train_max_checkpoints": STACK["train_max_checkpoints"],
+    **{name: value for name, value in DEFAULTS.items() if re.fullmatch(r"preflight_disk_\w+_gb", name)},
+}
+
+
+def requirements(values: dict[str, Any] = SYSTEM_STAGE, **kwargs: Any) -> list[dict[str, Any]]:
+    kwargs.setdefault("model_params_b", DEFAULTS["preflight_model_params_b"])
+    return preflight.disk_requirements(TABLE, values, **kwargs)
+
+
+def sizes(found: list[dict[str, Any]]) -> dict[str, float]:
+    return {req["why"].split(" ")[0].rstrip(";"): req["min_free_gb"] for req in found}
+
+
+def test_every_path_the_stack_writes_is_checked_on_a_fresh_gpu_host():
+    found = requirements()
+    assert sizes(found) == {
+        "cuda_prefix": 8,
+        "cudnn_prefix": 3,
+        "stack_cache_dir": 6,
+        "stack_conda_prefix": 10,
+        "stack_verl_dir": 1,
+        "data_output_dir": 1,
+        # 0.5e9 parameters: 4 bytes each in the model directory, 24 in each of the 2 checkpoints kept.
+        "model_dir": 1.9,
+        "train_checkpoint_dir": 22.4,
+    }
+    assert round(sum(req["min_free_gb"] for req in found), 1) == 53.3
+
+
+def test_the_variables_it_looks_up_are_the_tables():
+    names = preflight.disk_requirement_vars(TABLE)
+    assert set(names) == set(SYSTEM_STAGE)
+
+
+def test_each_size_is_a_documented_option_of_preflight():
+    for entry in TABLE:
+        if "gib" in entry:
+            assert entry["gib"] in DEFAULTS and entry["gib"] in SPEC, entry
+            assert SPEC[entry["gib"]]["default"] == DEFAULTS[entry["gib"]]
+    assert SPEC["preflight_model_params_b"]["default"] == DEFAULTS["preflight_model_params_b"]
+
+
+def test_a_path_outside_this_play_is_measured_where_its_default_lies():
+    found = {req["why"].split(" ")[0].rstrip(";"): req for req in requirements()}
+    assert found["model_dir"]["path"] == "/home/verl/verl-p40"
+    assert found["model_dir"]["why"].startswith("model_dir (its default lies under this stack_work_dir);")
+    # Set (by the user, or in the play that holds its role): that path, named by its own variable.
+    moved = dict(SYSTEM_STAGE, model_dir="/data/models/Qwen2.5-0.5B-Instruct", train_work_dir="/big/train")
+    found = {req["why"].split(" ")[0].rstrip(";"): req for req in requirements(moved)}
+    assert found["model_dir"]["path"] == "/data/models/Qwen2.5-0.5B-Instruct"
+    assert found["model_dir"]["why"].startswith("model_dir; ")
+    # The checkpoints' default lies under train_work_dir: moved with it.
+    assert found["train_checkpoint_dir"]["path"] == "/big/train"
+
+
+def test_a_path_nothing_in_this_play_names_is_left_out():
+    found = requirements(dict(SYSTEM_STAGE, cudnn_prefix=""))
+    assert "cudnn_prefix" not in sizes(found)
+
+
+def test_checkpoints_are_the_retention_times_the_model():
+    # A constant, or one checkpoint whatever train_max_checkpoints says, fails here.
+    found = sizes(requirements(dict(SYSTEM_STAGE, train_max_checkpoints=3), model_params_b=1.5))
+    one = 33.6  # 1.5e9 x 24 bytes = 33.53 GiB, rounded up
+    assert found["train_checkpoint_dir"] == round(3 * one, 1)
+    assert found["model_dir"] == 5.6  # 1.5e9 x 4 bytes = 5.59 GiB
+    why = [req["why"] for req in requirements(dict(SYSTEM_STAGE, train_max_checkpoints=3), model_params_b=1.5)]
+    assert any("train_max_checkpoints 3 x 33.6 GiB (preflight_model_params_b 1.5 x 24 bytes)" in text for text in why)
+
+
+def test_a_host_without_a_gpu_writes_no_checkpoints():
+    assert "train_checkpoint_dir" not in sizes(requirements(training=False))
+    assert "model_dir" in sizes(requirements(training=False))
+
+
+def test_a_built_layer_needs_no_more_room():
+    # A rerun on a built host: asking again for the room its trees already take would refuse a host
+    # that is fine (55 GiB free on top of the stack and its checkpoints).
+    records = {
+        "cuda": {"status": "complete"},
+        "conda": {"status": "complete"},
+        "verl": {"status": "building"},  # half built: its room is still needed
+        "train": {"status": "complete"},
+    }
+    found = sizes(requirements(records=records))
+    assert set(found) == {"cudnn_prefix", "stack_conda_prefix", "stack_verl_dir", "data_output_dir", "model_dir"}
+    assert requirements(records={entry["layer"]: {"status": "complete"} for entry in TABLE}) == []
+
+
+@pytest.mark.parametrize("bad", ["many", -1, True, None])
+def test_a_size_that_is_no_number_is_refused_by_name(bad: Any):
+    with pytest.raises(AnsibleFilterError, match="preflight_disk_cuda_gb"):
+        requirements(dict(SYSTEM_STAGE, preflight_disk_cuda_gb=bad))
+
+
+def test_paths_on_one_filesystem_add_up_and_the_refusal_names_what_to_change(tmp_path: Path):
+    values = {
+        name: (str(tmp_path / name) if value == "" or isinstance(value, str) else value)
+        for name, value in SYSTEM_STAGE.items()
+    }
+    free = disk_space.check([{"path": str(tmp_path), "min_free_gb": 0}])[0][0]["free_gb"]
+    values["preflight_disk_cuda_gb"] = free  # alone it fits; with the others on this filesystem it does not
+    found = requirements(values)
+    filesystems, shortfalls = disk_space.check(found)
+    assert len(filesystems) == 1 and filesystems[0]["needed_gb"] == pytest.approx(sum(r["min_free_gb"] for r in found))
+    [shortfall] = shortfalls
+    assert "needs %.1f GiB for " % filesystems[0]["needed_gb"] in shortfall
+    for text in (
+        "cuda_prefix; preflight_disk_cuda_gb",
+        "stack_conda_prefix; preflight_disk_conda_gb",
+        "train_max_checkpoints 2 x",
+    ):
+        assert text in shortfall
+    problems = preflight.resource_problems(shortfalls, 64 * 1024, {})
+    assert problems[0].startswith("Not enough free disk space: ") and "preflight_disk_requirements" in problems[0]
+
+
+# -- RAM ---------------------------------------------------------------------------------------------
+
+
+def test_one_p40_with_the_pascal_profile():
+    need = preflight.training_ram(profile("pascal"), 0.5, 1)
+    # Offload 24 bytes a parameter (actor optimizer 8, critic params 4 + optimizer 8, ref 4) = 11.2,
+    # loading 1.9, two Ray workers 5.0, Ray and the OS 2.0.
+    assert need["gib"] == 20.1
+    assert "CPU offload 11.2 (24 B per parameter" in need["why"] and "the pascal profile on 1 GPU(s)" in need["why"]
+
+
+def test_the_profiles_offload_decides_the_memory():
+    # A fixed figure whatever the profile fails here: volta offloads the actor's parameters too,
+    # ampere_plus nothing but the ref (bf16).
+    needs = {name: preflight.training_ram(profile(name), 0.5, 1)["gib"] for name in ("pascal", "volta", "ampere_plus")}
+    assert needs == {"pascal": 20.1, "volta": 22.0, "ampere_plus": 9.9}
+
+
+def test_more_gpus_more_workers_and_copies_while_loading():
+    assert preflight.training_ram(profile("pascal"), 0.5, 4)["gib"] == round(11.2 + 7.5 + 5 * 2.5 + 2.0, 1)
+
+
+def test_a_host_without_a_gpu_is_not_checked():
+    assert preflight.training_ram(profile("pascal"), 0.5, 0) == {}
+
+
+def test_the_minimum_set_replaces_the_estimate_and_zero_turns_it_off():
+    assert preflight.training_ram(profile("pascal"), 0.5, 0, 64) == {"gib": 64.0, "why": "preflight_min_ram_gb"}
+    assert preflight.training_ram(profile("pascal"), 0.5, 4, 0) == {}
+
+
+def test_the_memory_refusal_names_the_figures_and_the_variables():
+    need = preflight.training_ram(profile("pascal"), 0.5, 1)
+    assert preflight.resource_problems([], 24 * 1024, need) == []
+    [problem] = preflight.resource_problems([], 16 * 1024, need)
+    assert problem.startswith("Not enough memory: 16.0 GiB RAM, training needs 20.1 GiB")
+    for name in ("preflight_min_ram_gb", "preflight_model_params_b", "train_gpus"):
+        assert name in problem
+
+
+def test_an_unknown_precision_is_refused():
+    with pytest.raises(AnsibleFilterError, match="precision"):
+        preflight.training_ram(dict(profile("pascal"), precision="float16"), 0.5, 1)
+
+
+# -- Through the role --------------------------------------------------------------------------------
+
+
+def preflight_resources(tmp_path: Path, **variables: Any):
+    """The role's resources.yml on localhost with its facts, as the system stage runs it: the data,
+    model and train roles are not in the play."""
+    play = {
+        "gather_facts": True,
+        "gather_subset": ["!all", "!min", "distribution", "hardware"],
+        "vars": {
+            "preflight_gpus": [{"index": 0, "name": "Tesla P40", "compute_capability": "6.1", "memory_mib": 22919}],
+            "preflight_profile": "{{ stack_gpu_profiles.pascal | combine({'name': 'pascal'}) }}",
+            "stack_work_dir": str(tmp_path / "work"),
+            **variables,
+        },
+    }
+    task = {"name": "Resources", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "resources.yml"}}
+    return run_play(tmp_path, [task], callback="default", **play)
+
+
+def test_the_role_refuses_too_little_disk_naming_paths_and_variables(tmp_path: Path):
+    done = preflight_resources(tmp_path, preflight_disk_cuda_gb=1000000)
+    assert done.returncode != 0
+    said = " ".join(done.stdout.split())
+    assert "Not enough free disk space" in said and "1000000.0 GiB (cuda_prefix; preflight_disk_cuda_gb)" in said
+    # Paths of layers outside this play, where their defaults lie, each named by its own variable.
+    assert (
+        "%s 22.4 GiB (train_checkpoint_dir (its default lies under this stack_work_dir)" % (tmp_path / "work") in said
+    )
+    assert "train_max_checkpoints 2 x 11.2 GiB" in said
+
+
+def test_the_role_refuses_too_little_memory(tmp_path: Path):
+    done = preflight_resources(
+        tmp_path, preflight_model_params_b=1000, preflight_disk_requirements=[{"path": str(tmp_path), "min_free_gb": 0}]
+    )
+    assert done.returncode != 0
+    said = " ".join(done.stdout.split())
+    assert "Not enough memory" in said and "the pascal profile on 1 GPU(s), preflight_model_params_b 1000" in said
+    assert "Not enough free disk space" not in said
+
+
+def test_the_role_passes_and_says_what_it_checked(tmp_path: Path):
+    done = preflight_resources(
+        tmp_path, preflight_min_ram_gb=1, preflight_disk_requirements=[{"path": str(tmp_path), "min_free_gb": 0}]
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert re.search(r"GiB RAM \(training needs 1.0 GiB\); free disk checked for 1 path", " ".join(done.stdout.split()))
