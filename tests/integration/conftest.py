@@ -159,11 +159,11 @@ def host(tmp_path_factory):
 BUILT_LAYERS = ("cuda", "cudnn", "conda", "torch", "apex", "verl", "patch", "data", "model", "train")
 
 
-@pytest.fixture(scope="module")
-def built_host(tmp_path_factory):
+@contextmanager
+def built(tmp_path_factory) -> Iterator[Host]:
     """A container of the default scenario's verified image (prepared and converged there): every
-    layer complete. One per module or class, so that a worker's tests leave the next group's host
-    as the image has it."""
+    layer complete. A test module (built_host) or class (test_python_faults.py) gets one of its own,
+    so that one group's faults leave the next group's host as the image has it."""
     missing_vars_files()
     image = subprocess.run(["podman", "image", "exists", BUILT_IMAGE], check=False)
     if image.returncode != 0:
@@ -171,8 +171,15 @@ def built_host(tmp_path_factory):
             "%s is not there: it is the default scenario's verified host. Run `make stack-image` "
             "(make faults-built and make integration do)." % BUILT_IMAGE
         )
-    with container(BUILT_IMAGE, tmp_path_factory) as built:
-        states = {layer: built.state(layer).get("status") for layer in BUILT_LAYERS}
+    with container(BUILT_IMAGE, tmp_path_factory) as host:
+        states = {layer: host.state(layer).get("status") for layer in BUILT_LAYERS}
         unbuilt = {layer: status for layer, status in states.items() if status != "complete"}
         assert unbuilt == {}, "%s has layers that are not complete: %s" % (BUILT_IMAGE, unbuilt)
-        yield built
+        yield host
+
+
+@pytest.fixture(scope="module")
+def built_host(tmp_path_factory):
+    """A built host for a test module (conftest.built)."""
+    with built(tmp_path_factory) as host:
+        yield host

@@ -1,9 +1,9 @@
 """Faults of the Python layers on a built host: clear messages, nothing half-installed, the next run recovers.
 
-Each module or class gets a container of the default scenario's verified image (conftest.built_host:
-every layer built), so these start from what a user's host has after a first run instead of building
-conda, torch and Apex again. make faults-built (-n 2 --dist loadscope) runs the module's torch and
-Apex tests on one worker and the TestVerlLayer class on the other; alone, the file runs in order.
+Each class gets a container of the default scenario's verified image (conftest.built: every layer
+built), so these start from what a user's host has after a first run instead of building conda,
+torch and Apex again. make faults-built (--dist loadscope) sends each class to a worker as a whole:
+a class's tests run in order on its host, the classes side by side.
 
 What these catch: a refused torch pin left in constraints.txt (later pip calls would be
 pinned to a torch that does not exist); a bad verl_version that deletes a working checkout
@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import built
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
 import mirror  # noqa: E402
@@ -54,10 +55,11 @@ GIT_ARGV_LOG = "/tmp/git-argv.log"
 LOGGING_GIT = '#!/bin/sh\necho "$*" >> %s\nexec /usr/bin/git "$@"\n' % GIT_ARGV_LOG
 
 
-@pytest.fixture(scope="module")
-def host(built_host):
-    """Every fault here is one of a built host."""
-    return built_host
+@pytest.fixture(scope="class")
+def host(tmp_path_factory):
+    """Each class of faults gets a built host of its own (conftest.built); its tests run in order on it."""
+    with built(tmp_path_factory) as host:
+        yield host
 
 
 def assert_installed_from_the_cached_wheel(host, before: dict) -> None:
@@ -70,141 +72,6 @@ def assert_installed_from_the_cached_wheel(host, before: dict) -> None:
     assert urllib.parse.unquote(after["url"]) == "file://" + wheel
     wheel_lines = [line for line in host.python(WHEEL_RECORD, wheel) if "/RECORD," not in line]
     assert set(wheel_lines) <= set(after["record"])
-
-
-def test_a_torch_pin_that_does_not_exist(host):
-    run = host.play("--tags", "conda,torch", torch_packages=["torch==2.6.99"], torch_expected_version="2.6.99")
-    assert run.returncode != 0
-    assert "pip could not install torch==2.6.99" in run.output
-    assert host.state("conda")["status"] == "complete"
-    assert host.state("torch")["status"] == "building"
-    # The refused pin did not become the env's: every later pip call would be held to it.
-    assert "2.6.99" not in host.sh("cat " + CONSTRAINTS).stdout
-    assert not host.exists(ENV + "/constraints.next.txt")
-
-
-def test_a_refused_pin_keeps_the_installed_torch_pinned(host):
-    run = host.play("--tags", "torch")
-    assert run.returncode == 0, run.output[-3000:]
-    pins = host.sh("cat " + CONSTRAINTS).stdout.split()
-    assert "torch==2.6.0" in pins
-
-    run = host.play("--tags", "torch", torch_packages=["torch==2.6.99"], torch_expected_version="2.6.99")
-    assert run.returncode != 0
-    assert "were left as they were" in " ".join(run.output.split())
-    assert host.sh("cat " + CONSTRAINTS).stdout.split() == pins
-    assert host.python("import json, torch; print(json.dumps(torch.__version__))") == "2.6.0+cu124"
-    # The pin still holds torch in place for any later pip call.
-    refused = host.as_user(ENV + "/bin/python -m pip install --dry-run --no-deps torch==2.5.1", check=False)
-    assert refused.returncode != 0 and "torch" in refused.stderr
-
-    run = host.play("--tags", "torch")
-    assert run.returncode == 0, run.output[-3000:]
-    assert host.state("torch")["status"] == "complete"
-
-
-def test_a_torch_wheel_under_another_sha256_is_refused(host):
-    """The index serves torch's wheel, but not under the pinned sha256: pip refuses it before the
-    layer is marked building, and the installed torch, its record and the env stay as they were."""
-    run = host.play("--tags", "torch")
-    assert run.returncode == 0, run.output[-3000:]
-    before = host.state("torch")
-    wrong = "0" * 64
-    run = host.play("--tags", "torch", rebuild="torch", torch_wheel_sha256={"torch==2.6.0": {"3.11": wrong}})
-    assert run.returncode != 0
-    assert "whose sha256 is not %s (torch_wheel_sha256): pip refused it" % wrong in " ".join(run.output.split())
-    assert host.state("torch") == before
-    for left in ("/torch-wheel", "/torch-wheel.txt", "/pip-torch-index.conf", "/constraints.next.txt"):
-        assert not host.exists(ENV + left), left
-    assert host.python("import json, torch; print(json.dumps(torch.__version__))") == "2.6.0+cu124"
-
-
-def test_an_index_credential_stays_out_of_the_host_and_the_output(host):
-    """A private torch index's URL may carry a token: pip reads it from a 0600 file that the
-    install removes, the record and the messages show the URL without it, nothing the run
-    wrote on the host keeps it, and pip's command line (which ps shows, and which the failed
-    task's output prints) does not hold it."""
-    secret = "s3cret-" + uuid.uuid4().hex[:12]
-    # A version that is not installed, so pip has to ask the index (nothing serves it).
-    run = host.play(
-        "--tags",
-        "torch",
-        torch_index_url="http://ci:%s@127.0.0.1:9/simple" % secret,
-        torch_packages=["torch==2.6.99"],
-        torch_expected_version="2.6.99",
-    )
-    assert run.returncode != 0
-    assert "from http://***@127.0.0.1:9/simple" in run.output
-    assert secret not in run.output
-    kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl %s /tmp /var/tmp || true" % (secret, ENV))
-    assert kept.stdout.split() == []
-    assert not host.exists(ENV + "/pip-torch-index.conf")
-    run = host.play("--tags", "torch")
-    assert run.returncode == 0, run.output[-3000:]
-
-
-def test_a_new_pip_index_reaches_the_env_on_a_rerun(host):
-    """The env's pip.conf follows stack_pip_index_url on a run that has nothing else to do, without
-    reinstalling Miniforge or the env (the mirrors are not build inputs); the old value comes back the
-    same way, and a rerun after that changes nothing. The URLs (pip's index, conda-forge's mirror) may
-    carry a token: only pip.conf and .condarc (0600, the training user's) hold it, not the output of a
-    --diff run, nor the record."""
-    before = host.state("conda")
-    secret = "s3cret-" + uuid.uuid4().hex[:12]
-    index = "http://ci:%s@127.0.0.1:9/simple" % secret
-    channel_mirror = "https://ci:%s@127.0.0.1:9/conda" % secret
-    run = host.play("--tags", "conda", "--diff", stack_pip_index_url=index, stack_conda_forge_mirror=channel_mirror)
-    assert run.returncode == 0, run.output[-3000:]
-    assert secret not in run.output
-    assert index in host.sh("cat %s/pip.conf" % ENV).stdout
-    assert channel_mirror in host.sh("cat /opt/miniforge3/.condarc").stdout
-    for written in (ENV + "/pip.conf", "/opt/miniforge3/.condarc"):
-        assert host.sh("stat -c %%a:%%U %s" % written).stdout.strip() == "600:verl", written
-    kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl /tmp /var/tmp || true" % secret)
-    assert kept.stdout.split() == []
-    changed = host.state("conda")
-    assert (
-        changed["fingerprint"] == before["fingerprint"] and changed["details"]["config"] != before["details"]["config"]
-    )
-    run = host.play("--tags", "conda")
-    assert run.returncode == 0, run.output[-3000:]
-    assert index not in host.sh("cat %s/pip.conf" % ENV).stdout
-    assert secret not in host.sh("cat /opt/miniforge3/.condarc").stdout
-    assert host.state("conda")["details"]["config"] == before["details"]["config"]
-    run = host.play("--tags", "conda")
-    assert run.returncode == 0 and "changed=0" in run.output, run.output[-3000:]
-    assert "Write .condarc" not in run.output
-
-
-def test_a_failing_apex_build(host):
-    """A compile that fails (the stand-in source fails on purpose) leaves the layer building, caches no
-    wheel and installs nothing; the next run compiles again. The cache is emptied first, so that the
-    rebuild has to compile rather than take the wheel the image's first build cached; the Apex the
-    image installed stays installed as it was."""
-    host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
-    before = host.python(APEX_DIST)
-    run = host.play("--tags", "apex", rebuild="apex", apex_build_environment={"APEX_STANDIN_FAIL": "1"})
-    assert run.returncode != 0
-    assert "Apex did not build" in run.output and "its last lines:" in run.output
-    assert "APEX_STANDIN_FAIL=1: this source fails to compile on purpose" in run.output
-    assert host.state("apex")["status"] == "building"
-    assert host.sh("ls /var/cache/verl-p40/apex-wheels 2>/dev/null | wc -l").stdout.strip() == "0"
-    assert host.python(APEX_DIST)["record_id"] == before["record_id"], "the failed build installed something"
-
-    run = host.play("--tags", "apex")
-    assert run.returncode == 0, run.output[-3000:]
-    assert "Compile (log in" in run.output
-    assert host.state("apex")["status"] == "complete"
-    assert host.sh("/opt/miniforge3/envs/verl-env/bin/python -c 'import torch, apex_C'", check=False).returncode == 0
-
-
-def test_apex_reinstalls_from_the_cached_wheel(host):
-    before = host.python(APEX_DIST)
-    run = host.play("--tags", "apex", rebuild="apex")
-    assert run.returncode == 0, run.output[-3000:]
-    assert "Compile (log in" not in run.output
-    assert host.state("apex")["details"]["built_from_source"] is False
-    assert_installed_from_the_cached_wheel(host, before)
 
 
 VERL_PROBE = "import json, verl; print(json.dumps([verl.__file__, verl.__version__]))"
@@ -222,85 +89,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_vllm_is_refused_on_a_pascal_gpu(host):
-    host.fake_nvidia_smi("0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0")
-    try:
-        run = host.play("--tags", "vllm", preflight_require_gpu=True, vllm_enabled=True)
-    finally:
-        host.fake_nvidia_smi(None)
-    assert run.returncode != 0
-    out = " ".join(run.output.split())
-    assert "compute capability 6.1" in out and "no kernel image is available" in out
-    assert "HF rollout" in out
-    assert host.state("vllm") == {}
-
-
-def test_a_second_host_takes_the_wheel_from_the_controller(host, tmp_path):
-    # The first build sends its wheel to the controller's cache...
-    host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
-    run = host.play("--tags", "apex", rebuild="apex", stack_controller_cache_dir=str(tmp_path))
-    assert run.returncode == 0, run.output[-3000:]
-    assert list(tmp_path.glob("apex-wheels/*/apex-*.whl"))
-    # ...and a host without it (here: the same host, its cache emptied) installs that wheel.
-    host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
-    before = host.python(APEX_DIST)
-    run = host.play("--tags", "apex", rebuild="apex", stack_controller_cache_dir=str(tmp_path))
-    assert run.returncode == 0, run.output[-3000:]
-    assert "Compile (log in" not in run.output
-    assert host.state("apex")["details"]["built_from_source"] is False
-    assert_installed_from_the_cached_wheel(host, before)
-    # The wheel installed is the controller's, byte for byte.
-    (controller_wheel,) = tmp_path.glob("apex-wheels/*/apex-*.whl")
-    (wheel,) = host.sh(CACHED_WHEEL).stdout.split()
-    digest = host.sh("sha256sum " + wheel).stdout.split()[0]
-    assert digest == hashlib.sha256(controller_wheel.read_bytes()).hexdigest()
-
-
-def test_a_cached_wheel_that_changed_is_refused(host):
-    """A wheel in the cache (the host's, or the controller's copied in) installs only when its
-    sha256 is the one recorded beside it when it was built."""
-    (wheel,) = host.sh(CACHED_WHEEL).stdout.split()
-    size = host.sh("stat -c %s " + wheel).stdout.strip()
-    before = host.python(APEX_DIST)
-    host.sh("printf x >> " + wheel)
-    try:
-        run = host.play("--tags", "apex", rebuild="apex")
-    finally:
-        host.sh("truncate -s %s %s" % (size, wheel))
-    assert run.returncode != 0
-    out = " ".join(run.output.split())
-    assert "is not the wheel that was built for build key" in out and "Nothing was installed" in out
-    assert host.python(APEX_DIST)["record_id"] == before["record_id"]
-    run = host.play("--tags", "apex", rebuild="apex")
-    assert run.returncode == 0, run.output[-3000:]
-    assert "Compile (log in" not in run.output
-
-
-def test_a_link_the_training_user_planted_in_its_home(host):
-    """Root used to create and chown the directories in the training user's home, following a
-    link that user planted: pointed at /etc/profile.d (which every login shell sources), the
-    next run made it the user's. Now those tasks run as that user, who cannot write there."""
-    run = host.play("--tags", "model")
-    assert run.returncode == 0, run.output[-3000:]
-    host.as_user("rm -rf /home/verl/verl-p40/tools && ln -s /etc/profile.d /home/verl/verl-p40/tools")
-    try:
-        run = host.play("--tags", "model", rebuild="model")
-        owner = host.sh("stat -c %U /etc/profile.d").stdout.strip()
-        planted = host.sh("ls /etc/profile.d").stdout.split()
-    finally:
-        host.as_user("rm -f /home/verl/verl-p40/tools")
-    assert run.returncode != 0
-    assert owner == "root"
-    assert "model_fetch.py" not in planted
-    # With the link gone the layer builds again.
-    run = host.play("--tags", "model", rebuild="model")
-    assert run.returncode == 0, run.output[-3000:]
-    assert host.sh("stat -c %U /home/verl/verl-p40/tools").stdout.strip() == "verl"
-
-
 # A .pth file runs its import line in every Python started from that env, whatever it imports.
+
+
 PLANT_DIR = "/tmp/verl-p40-plant"
+
+
 PLANT_PTH = "import os; open('%s/%%d-%%d' %% (os.getuid(), os.getpid()), 'w').close()\n" % PLANT_DIR
+
+
 PLANT_SH = "touch %s/$(id -u)-sh-$$\n" % PLANT_DIR
 
 
@@ -308,43 +105,257 @@ def plants(host) -> list[str]:
     return host.sh("ls %s" % PLANT_DIR).stdout.split()
 
 
-def test_root_never_runs_what_the_training_user_can_write(host):
-    """The env and Miniforge are the training user's. Planted there as that user: a .pth file in
-    the env (run by any Python of the env) and a line in Miniforge's conda.sh (sourced by the login
-    hook). A whole run that looks at every layer (-e verify=all) and one that rebuilds every layer
-    that runs the env's Python must leave markers of that user only, none of uid 0; so must a root
-    login shell. (A rebuild of the conda layer replaces the env, and the plant with it; torch's
-    install, pip as the training user like verl's, is left out to keep the suite's time.)"""
-    site = host.python("import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))")
-    host.sh("rm -rf %s && mkdir -m 1777 %s" % (PLANT_DIR, PLANT_DIR))
-    host.as_user("cat > %s/verl_p40_plant.pth <<'EOF'\n%sEOF" % (site, PLANT_PTH))
-    host.as_user("cat >> /opt/miniforge3/etc/profile.d/conda.sh <<'EOF'\n%sEOF" % PLANT_SH)
-    try:
-        host.python("print(1)")  # the plant works: the env's Python as root would leave 0-<pid>
-        assert [m for m in plants(host) if m.startswith("0-")], "the .pth plant did not fire"
-        host.sh("rm -f %s/*" % PLANT_DIR)
-        # Every layer looked at (probes and full checks), then the install paths that run the env's
-        # Python rebuilt: Apex (from its cached wheel), verl (pip, editable), the patch, the launcher.
-        for extra in ({"verify": "all"}, {"rebuild": "apex,verl,patch,train"}):
-            run = host.play(**extra)
-            assert run.returncode == 0, run.output[-3000:]
-        host.sh("bash -lc true")
-        host.as_user("bash -lc true")
-        found = plants(host)
-    finally:
-        host.as_user("rm -f %s/verl_p40_plant.pth" % site)
-        host.as_user("sed -i '/verl-p40-plant/d' /opt/miniforge3/etc/profile.d/conda.sh")
-    assert [m for m in found if m.startswith("0-")] == [], found
-    # The training user's own runs did start the env's Python and its login shell.
-    uid = host.sh("id -u verl").stdout.strip()
-    assert [m for m in found if m.startswith(uid + "-sh-")] and [m for m in found if re.match(uid + r"-\d+$", m)]
+class TestTorchPins:
+    """torch's pins, its wheel's sha256 and its index's credentials, in order on one built host: the first
+    leaves the layer building, the next rebuilds it."""
+
+    def test_a_torch_pin_that_does_not_exist(self, host):
+        run = host.play("--tags", "conda,torch", torch_packages=["torch==2.6.99"], torch_expected_version="2.6.99")
+        assert run.returncode != 0
+        assert "pip could not install torch==2.6.99" in run.output
+        assert host.state("conda")["status"] == "complete"
+        assert host.state("torch")["status"] == "building"
+        # The refused pin did not become the env's: every later pip call would be held to it.
+        assert "2.6.99" not in host.sh("cat " + CONSTRAINTS).stdout
+        assert not host.exists(ENV + "/constraints.next.txt")
+
+    def test_a_refused_pin_keeps_the_installed_torch_pinned(self, host):
+        run = host.play("--tags", "torch")
+        assert run.returncode == 0, run.output[-3000:]
+        pins = host.sh("cat " + CONSTRAINTS).stdout.split()
+        assert "torch==2.6.0" in pins
+
+        run = host.play("--tags", "torch", torch_packages=["torch==2.6.99"], torch_expected_version="2.6.99")
+        assert run.returncode != 0
+        assert "were left as they were" in " ".join(run.output.split())
+        assert host.sh("cat " + CONSTRAINTS).stdout.split() == pins
+        assert host.python("import json, torch; print(json.dumps(torch.__version__))") == "2.6.0+cu124"
+        # The pin still holds torch in place for any later pip call.
+        refused = host.as_user(ENV + "/bin/python -m pip install --dry-run --no-deps torch==2.5.1", check=False)
+        assert refused.returncode != 0 and "torch" in refused.stderr
+
+        run = host.play("--tags", "torch")
+        assert run.returncode == 0, run.output[-3000:]
+        assert host.state("torch")["status"] == "complete"
+
+    def test_a_torch_wheel_under_another_sha256_is_refused(self, host):
+        """The index serves torch's wheel, but not under the pinned sha256: pip refuses it before the
+        layer is marked building, and the installed torch, its record and the env stay as they were."""
+        run = host.play("--tags", "torch")
+        assert run.returncode == 0, run.output[-3000:]
+        before = host.state("torch")
+        wrong = "0" * 64
+        run = host.play("--tags", "torch", rebuild="torch", torch_wheel_sha256={"torch==2.6.0": {"3.11": wrong}})
+        assert run.returncode != 0
+        assert "whose sha256 is not %s (torch_wheel_sha256): pip refused it" % wrong in " ".join(run.output.split())
+        assert host.state("torch") == before
+        for left in ("/torch-wheel", "/torch-wheel.txt", "/pip-torch-index.conf", "/constraints.next.txt"):
+            assert not host.exists(ENV + left), left
+        assert host.python("import json, torch; print(json.dumps(torch.__version__))") == "2.6.0+cu124"
+
+    def test_an_index_credential_stays_out_of_the_host_and_the_output(self, host):
+        """A private torch index's URL may carry a token: pip reads it from a 0600 file that the
+        install removes, the record and the messages show the URL without it, nothing the run
+        wrote on the host keeps it, and pip's command line (which ps shows, and which the failed
+        task's output prints) does not hold it."""
+        secret = "s3cret-" + uuid.uuid4().hex[:12]
+        # A version that is not installed, so pip has to ask the index (nothing serves it).
+        run = host.play(
+            "--tags",
+            "torch",
+            torch_index_url="http://ci:%s@127.0.0.1:9/simple" % secret,
+            torch_packages=["torch==2.6.99"],
+            torch_expected_version="2.6.99",
+        )
+        assert run.returncode != 0
+        assert "from http://***@127.0.0.1:9/simple" in run.output
+        assert secret not in run.output
+        kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl %s /tmp /var/tmp || true" % (secret, ENV))
+        assert kept.stdout.split() == []
+        assert not host.exists(ENV + "/pip-torch-index.conf")
+        run = host.play("--tags", "torch")
+        assert run.returncode == 0, run.output[-3000:]
+
+
+class TestApexWheels:
+    """Apex's build and its wheel cache, in order on one built host."""
+
+    def test_a_failing_apex_build(self, host):
+        """A compile that fails (the stand-in source fails on purpose) leaves the layer building, caches no
+        wheel and installs nothing; the next run compiles again. The cache is emptied first, so that the
+        rebuild has to compile rather than take the wheel the image's first build cached; the Apex the
+        image installed stays installed as it was."""
+        host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
+        before = host.python(APEX_DIST)
+        run = host.play("--tags", "apex", rebuild="apex", apex_build_environment={"APEX_STANDIN_FAIL": "1"})
+        assert run.returncode != 0
+        assert "Apex did not build" in run.output and "its last lines:" in run.output
+        assert "APEX_STANDIN_FAIL=1: this source fails to compile on purpose" in run.output
+        assert host.state("apex")["status"] == "building"
+        assert host.sh("ls /var/cache/verl-p40/apex-wheels 2>/dev/null | wc -l").stdout.strip() == "0"
+        assert host.python(APEX_DIST)["record_id"] == before["record_id"], "the failed build installed something"
+
+        run = host.play("--tags", "apex")
+        assert run.returncode == 0, run.output[-3000:]
+        assert "Compile (log in" in run.output
+        assert host.state("apex")["status"] == "complete"
+        assert (
+            host.sh("/opt/miniforge3/envs/verl-env/bin/python -c 'import torch, apex_C'", check=False).returncode == 0
+        )
+
+    def test_apex_reinstalls_from_the_cached_wheel(self, host):
+        before = host.python(APEX_DIST)
+        run = host.play("--tags", "apex", rebuild="apex")
+        assert run.returncode == 0, run.output[-3000:]
+        assert "Compile (log in" not in run.output
+        assert host.state("apex")["details"]["built_from_source"] is False
+        assert_installed_from_the_cached_wheel(host, before)
+
+    def test_a_second_host_takes_the_wheel_from_the_controller(self, host, tmp_path):
+        # The first build sends its wheel to the controller's cache...
+        host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
+        run = host.play("--tags", "apex", rebuild="apex", stack_controller_cache_dir=str(tmp_path))
+        assert run.returncode == 0, run.output[-3000:]
+        assert list(tmp_path.glob("apex-wheels/*/apex-*.whl"))
+        # ...and a host without it (here: the same host, its cache emptied) installs that wheel.
+        host.sh("rm -rf /var/cache/verl-p40/apex-wheels")
+        before = host.python(APEX_DIST)
+        run = host.play("--tags", "apex", rebuild="apex", stack_controller_cache_dir=str(tmp_path))
+        assert run.returncode == 0, run.output[-3000:]
+        assert "Compile (log in" not in run.output
+        assert host.state("apex")["details"]["built_from_source"] is False
+        assert_installed_from_the_cached_wheel(host, before)
+        # The wheel installed is the controller's, byte for byte.
+        (controller_wheel,) = tmp_path.glob("apex-wheels/*/apex-*.whl")
+        (wheel,) = host.sh(CACHED_WHEEL).stdout.split()
+        digest = host.sh("sha256sum " + wheel).stdout.split()[0]
+        assert digest == hashlib.sha256(controller_wheel.read_bytes()).hexdigest()
+
+    def test_a_cached_wheel_that_changed_is_refused(self, host):
+        """A wheel in the cache (the host's, or the controller's copied in) installs only when its
+        sha256 is the one recorded beside it when it was built."""
+        (wheel,) = host.sh(CACHED_WHEEL).stdout.split()
+        size = host.sh("stat -c %s " + wheel).stdout.strip()
+        before = host.python(APEX_DIST)
+        host.sh("printf x >> " + wheel)
+        try:
+            run = host.play("--tags", "apex", rebuild="apex")
+        finally:
+            host.sh("truncate -s %s %s" % (size, wheel))
+        assert run.returncode != 0
+        out = " ".join(run.output.split())
+        assert "is not the wheel that was built for build key" in out and "Nothing was installed" in out
+        assert host.python(APEX_DIST)["record_id"] == before["record_id"]
+        run = host.play("--tags", "apex", rebuild="apex")
+        assert run.returncode == 0, run.output[-3000:]
+        assert "Compile (log in" not in run.output
+
+
+class TestTheUsersTrees:
+    """The env's configuration, vLLM on a Pascal GPU, and root against what the training user can write."""
+
+    def test_a_new_pip_index_reaches_the_env_on_a_rerun(self, host):
+        """The env's pip.conf follows stack_pip_index_url on a run that has nothing else to do, without
+        reinstalling Miniforge or the env (the mirrors are not build inputs); the old value comes back the
+        same way, and a rerun after that changes nothing. The URLs (pip's index, conda-forge's mirror) may
+        carry a token: only pip.conf and .condarc (0600, the training user's) hold it, not the output of a
+        --diff run, nor the record."""
+        before = host.state("conda")
+        secret = "s3cret-" + uuid.uuid4().hex[:12]
+        index = "http://ci:%s@127.0.0.1:9/simple" % secret
+        channel_mirror = "https://ci:%s@127.0.0.1:9/conda" % secret
+        run = host.play("--tags", "conda", "--diff", stack_pip_index_url=index, stack_conda_forge_mirror=channel_mirror)
+        assert run.returncode == 0, run.output[-3000:]
+        assert secret not in run.output
+        assert index in host.sh("cat %s/pip.conf" % ENV).stdout
+        assert channel_mirror in host.sh("cat /opt/miniforge3/.condarc").stdout
+        for written in (ENV + "/pip.conf", "/opt/miniforge3/.condarc"):
+            assert host.sh("stat -c %%a:%%U %s" % written).stdout.strip() == "600:verl", written
+        kept = host.sh("grep -rlI %s /var/lib/verl-p40 /etc /home/verl /tmp /var/tmp || true" % secret)
+        assert kept.stdout.split() == []
+        changed = host.state("conda")
+        assert (
+            changed["fingerprint"] == before["fingerprint"]
+            and changed["details"]["config"] != before["details"]["config"]
+        )
+        run = host.play("--tags", "conda")
+        assert run.returncode == 0, run.output[-3000:]
+        assert index not in host.sh("cat %s/pip.conf" % ENV).stdout
+        assert secret not in host.sh("cat /opt/miniforge3/.condarc").stdout
+        assert host.state("conda")["details"]["config"] == before["details"]["config"]
+        run = host.play("--tags", "conda")
+        assert run.returncode == 0 and "changed=0" in run.output, run.output[-3000:]
+        assert "Write .condarc" not in run.output
+
+    def test_vllm_is_refused_on_a_pascal_gpu(self, host):
+        host.fake_nvidia_smi("0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0")
+        try:
+            run = host.play("--tags", "vllm", preflight_require_gpu=True, vllm_enabled=True)
+        finally:
+            host.fake_nvidia_smi(None)
+        assert run.returncode != 0
+        out = " ".join(run.output.split())
+        assert "compute capability 6.1" in out and "no kernel image is available" in out
+        assert "HF rollout" in out
+        assert host.state("vllm") == {}
+
+    def test_a_link_the_training_user_planted_in_its_home(self, host):
+        """Root used to create and chown the directories in the training user's home, following a
+        link that user planted: pointed at /etc/profile.d (which every login shell sources), the
+        next run made it the user's. Now those tasks run as that user, who cannot write there."""
+        run = host.play("--tags", "model")
+        assert run.returncode == 0, run.output[-3000:]
+        host.as_user("rm -rf /home/verl/verl-p40/tools && ln -s /etc/profile.d /home/verl/verl-p40/tools")
+        try:
+            run = host.play("--tags", "model", rebuild="model")
+            owner = host.sh("stat -c %U /etc/profile.d").stdout.strip()
+            planted = host.sh("ls /etc/profile.d").stdout.split()
+        finally:
+            host.as_user("rm -f /home/verl/verl-p40/tools")
+        assert run.returncode != 0
+        assert owner == "root"
+        assert "model_fetch.py" not in planted
+        # With the link gone the layer builds again.
+        run = host.play("--tags", "model", rebuild="model")
+        assert run.returncode == 0, run.output[-3000:]
+        assert host.sh("stat -c %U /home/verl/verl-p40/tools").stdout.strip() == "verl"
+
+    def test_root_never_runs_what_the_training_user_can_write(self, host):
+        """The env and Miniforge are the training user's. Planted there as that user: a .pth file in
+        the env (run by any Python of the env) and a line in Miniforge's conda.sh (sourced by the login
+        hook). A whole run that looks at every layer (-e verify=all) and one that rebuilds every layer
+        that runs the env's Python must leave markers of that user only, none of uid 0; so must a root
+        login shell. (A rebuild of the conda layer replaces the env, and the plant with it; torch's
+        install, pip as the training user like verl's, is left out to keep the suite's time.)"""
+        site = host.python("import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))")
+        host.sh("rm -rf %s && mkdir -m 1777 %s" % (PLANT_DIR, PLANT_DIR))
+        host.as_user("cat > %s/verl_p40_plant.pth <<'EOF'\n%sEOF" % (site, PLANT_PTH))
+        host.as_user("cat >> /opt/miniforge3/etc/profile.d/conda.sh <<'EOF'\n%sEOF" % PLANT_SH)
+        try:
+            host.python("print(1)")  # the plant works: the env's Python as root would leave 0-<pid>
+            assert [m for m in plants(host) if m.startswith("0-")], "the .pth plant did not fire"
+            host.sh("rm -f %s/*" % PLANT_DIR)
+            # Every layer looked at (probes and full checks), then the install paths that run the env's
+            # Python rebuilt: Apex (from its cached wheel), verl (pip, editable), the patch, the launcher.
+            for extra in ({"verify": "all"}, {"rebuild": "apex,verl,patch,train"}):
+                run = host.play(**extra)
+                assert run.returncode == 0, run.output[-3000:]
+            host.sh("bash -lc true")
+            host.as_user("bash -lc true")
+            found = plants(host)
+        finally:
+            host.as_user("rm -f %s/verl_p40_plant.pth" % site)
+            host.as_user("sed -i '/verl-p40-plant/d' /opt/miniforge3/etc/profile.d/conda.sh")
+        assert [m for m in found if m.startswith("0-")] == [], found
+        # The training user's own runs did start the env's Python and its login shell.
+        uid = host.sh("id -u verl").stdout.strip()
+        assert [m for m in found if m.startswith(uid + "-sh-")] and [m for m in found if re.match(uid + r"-\d+$", m)]
 
 
 class TestVerlLayer:
     """The verl, model and rerun faults.
 
-    make faults-built (-n 2 --dist loadscope) runs a class as a scope of its own: these run in order on
-    a built host of their own, beside the module's torch and Apex tests.
+    They run in order on a built host of their own, beside the other classes.
     """
 
     def test_a_verl_tag_that_does_not_exist(self, host):
