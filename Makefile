@@ -21,10 +21,11 @@ LANE = $(if $(LANES),2>&1 | sed -u 's/^/[$@] /')
 # fault tests that start from a built host.
 STACK_IMAGE := localhost/verl-p40-stack:12
 # The fault tests: on a new container from the Debian 12 image (nothing built), and on one from
-# STACK_IMAGE (every layer built and verified); two workers each, a module or class on each.
+# STACK_IMAGE (every layer built); a module or class at a time on each worker: two modules on new
+# hosts, five groups on built ones (the classes of test_python_faults.py, test_built_faults.py).
 FAULTS_NEW := tests/integration/test_faults.py tests/integration/test_url_faults.py
 FAULTS_BUILT := tests/integration/test_python_faults.py tests/integration/test_built_faults.py
-FAULTS = $(BIN)/python -m pytest -v -n 2 --dist loadscope --durations=15
+FAULTS = $(BIN)/python -m pytest -v --dist loadscope --durations=15
 
 .PHONY: host-check render setup lint unit images standins stack-image molecule faults-new faults-built integration lanes test demo bench apex-proof clean
 
@@ -63,10 +64,10 @@ molecule: stack-image  ## then two hosts of STACK_IMAGE as a Ray cluster, and th
 	$(MIRROR) $(BIN)/molecule test -s bullseye $(LANE)
 
 faults-new: images standins  ## bad input and faults on new containers (nothing built yet)
-	$(MIRROR) $(FAULTS) $(FAULTS_NEW) $(LANE)
+	$(MIRROR) $(FAULTS) -n 2 $(FAULTS_NEW) $(LANE)
 
 faults-built: stack-image  ## faults on containers of STACK_IMAGE (every layer built)
-	$(MIRROR) $(FAULTS) $(FAULTS_BUILT) $(LANE)
+	$(MIRROR) $(FAULTS) -n 3 $(FAULTS_BUILT) $(LANE)
 
 integration: faults-new faults-built  ## every fault test
 
