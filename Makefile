@@ -31,12 +31,22 @@ FAULTS = $(BIN)/python -m pytest -v --dist loadscope --durations=15
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
-$(VENV)/.installed: requirements.txt requirements-test.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-test.txt
+# The venv is its lock and nothing else: made anew (--clear), requirements.txt installed with
+# --require-hashes, then the collections requirements.yml names, unpacked from the hash-locked
+# `ansible` bundle wheel (tools/install_collections.py). ansible-core 2.19 needs Python 3.11+.
+$(VENV)/.installed: requirements.txt requirements-collections.txt requirements.yml tools/install_collections.py
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make setup: $(PYTHON) is older than Python 3.11, which ansible-core 2.19 needs; give one: make setup PYTHON=python3.11" >&2; exit 1; }
+	$(PYTHON) -m venv --clear $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.txt
+	$(BIN)/python tools/install_collections.py
 	touch $@
 
-lint: setup  ## yamllint + ansible-lint (production profile) + ruff (Python lint and format, ruff.toml)
+# Each lock is what its input resolves to today (tools/lock_requirements.py; needs the index).
+.PHONY: locks
+locks: setup  ## the requirement locks against a fresh resolve of their inputs
+	$(BIN)/python tools/lock_requirements.py --check
+
+lint: setup locks  ## lock check + yamllint + ansible-lint (production profile) + ruff (Python lint and format, ruff.toml)
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --offline --profile production
 	$(BIN)/ruff check .
