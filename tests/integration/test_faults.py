@@ -75,7 +75,8 @@ esac
 def test_two_gpus_without_peer_to_peer(host):
     host.sh("cat > /usr/local/bin/nvidia-smi <<'EOF'\n%sEOF\nchmod +x /usr/local/bin/nvidia-smi" % TWO_P40_SMI)
     try:
-        run = host.play("--tags", "preflight", preflight_require_gpu=True)
+        # Two P40s' RAM estimate (24.5 GiB) is more than a CI machine has; memory is not this test's subject.
+        run = host.play("--tags", "preflight", preflight_require_gpu=True, preflight_min_ram_gb=0)
         recorded = host.state("preflight")
         picked = host.play("--tags", "preflight", preflight_require_gpu=True, train_gpus=[1])
         missing = host.play("--tags", "preflight", preflight_require_gpu=True, train_gpus=[5])
