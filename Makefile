@@ -83,12 +83,13 @@ integration: faults-new faults-built  ## every fault test
 
 # The default scenario comes first and runs beside the fault tests on new containers; once its
 # image is committed, the cluster and Debian 11 scenarios run beside the fault tests on built
-# hosts. One mirror serves them all. Each line shows as it is printed (no --output-sync, which
+# hosts. One mirror serves them all; a target that fails stops none of the others (--keep-going),
+# so one run shows every failure. Each line shows as it is printed (no --output-sync, which
 # would hold a whole scenario's output back). The image goes when every user of it is done; after
 # a failure it stays, for a look at the host the failing test started from (make clean removes it).
 # (The removal is a line of its own: make -n runs every line that names $(MAKE).)
 lanes: setup  ## molecule and integration side by side, each line prefixed with its target
-	$(MIRROR) $(MAKE) --no-print-directory -j 3 LANES=1 molecule integration
+	$(MIRROR) $(MAKE) --no-print-directory --keep-going -j 3 LANES=1 molecule integration
 	podman rmi --force $(STACK_IMAGE) >/dev/null
 
 test: lint unit lanes  ## everything CI runs
