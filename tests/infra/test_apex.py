@@ -10,14 +10,17 @@ def _apex_built(stack):
         pytest.skip("apex_enabled is false: the apex layer is skipped")
 
 
-def test_cpp_extension_imports(host, stack):
-    assert host.run(stack["stack_env_prefix"] + "/bin/python -c 'import torch, apex_C, apex'").rc == 0
+def test_cpp_extension_imports(training_user, stack):
+    result = training_user.run(stack["stack_env_prefix"] + "/bin/python -c 'import torch, apex_C, apex'")
+    assert result.rc == 0, result.stderr
 
 
-def test_cuda_extensions(host, stack):
+def test_cuda_extensions(training_user, stack):
     if not stack["apex_cuda_extensions_expected"]:
         pytest.skip("CUDA extensions not expected here (apex_cuda_extensions_expected is false: no GPU build)")
-    result = host.run(stack["stack_env_prefix"] + "/bin/python -c 'import torch, amp_C, fused_layer_norm_cuda'")
+    result = training_user.run(
+        stack["stack_env_prefix"] + "/bin/python -c 'import torch, amp_C, fused_layer_norm_cuda'"
+    )
     assert result.rc == 0, result.stderr
 
 

@@ -9,14 +9,14 @@ def test_training_user_exists(host, stack):
     assert user.home == stack["stack_user_home"]
 
 
-def test_conda_runs(host, stack):
-    out = host.check_output(stack["stack_conda_prefix"] + "/bin/conda --version")
+def test_conda_runs(training_user, stack):
+    out = training_user.check_output(stack["stack_conda_prefix"] + "/bin/conda --version")
     assert out.startswith("conda ")
 
 
-def test_env_python_version(host, stack):
+def test_env_python_version(training_user, stack):
     python = stack["stack_env_prefix"] + "/bin/python"
-    version = host.check_output(python + " -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
+    version = training_user.check_output(python + " -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
     assert version == stack["conda_python_version"]
 
 
@@ -37,8 +37,8 @@ def test_root_wrote_nothing_into_the_users_miniforge(host, stack):
     assert [claim["path"] for claim in claims["trees"]] == [prefix]
 
 
-def test_condarc_uses_conda_forge_only(host, stack):
-    condarc = host.file(stack["stack_conda_prefix"] + "/.condarc").content_string
+def test_condarc_uses_conda_forge_only(training_user, stack):
+    condarc = training_user.read(stack["stack_conda_prefix"] + "/.condarc")
     assert "conda-forge" in condarc
     assert "defaults" not in condarc
 
@@ -49,14 +49,13 @@ def test_condarc_is_the_training_users_only(host, stack):
     assert (condarc.mode, condarc.user) == (0o600, stack["stack_user"])
 
 
-def test_pip_conf_applies_the_constraints(host, stack):
-    pip_conf = host.file(stack["stack_env_prefix"] + "/pip.conf").content_string
+def test_pip_conf_applies_the_constraints(training_user, stack):
+    pip_conf = training_user.read(stack["stack_env_prefix"] + "/pip.conf")
     assert "constraint = %s/constraints.txt" % stack["stack_env_prefix"] in pip_conf
 
 
-def test_login_shell_of_the_user_activates_the_env(host, stack):
-    with host.sudo(stack["stack_user"]):
-        out = host.check_output("bash -lc 'echo $CONDA_PREFIX; command -v python'")
+def test_login_shell_of_the_user_activates_the_env(training_user, stack):
+    out = training_user.check_output("bash -lc 'echo $CONDA_PREFIX; command -v python'")
     prefix, python = out.splitlines()[-2:]
     assert prefix == stack["stack_env_prefix"]
     assert python == stack["stack_env_prefix"] + "/bin/python"

@@ -25,8 +25,10 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def parquet(host, stack):
-    out = host.check_output(stack["stack_env_prefix"] + "/bin/python -c %s %s", CHECK, stack["data_output_dir"])
+def parquet(training_user, stack):
+    out = training_user.check_output(
+        stack["stack_env_prefix"] + "/bin/python -c %s %s", CHECK, stack["data_output_dir"]
+    )
     return json.loads(out)
 
 

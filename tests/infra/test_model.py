@@ -12,17 +12,17 @@ import math
 import struct
 
 
-def test_model_directory_is_complete(host, stack):
+def test_model_directory_is_complete(host, training_user, stack):
     for name in ("config.json", "tokenizer_config.json"):
         assert host.file("%s/%s" % (stack["model_dir"], name)).exists, name
-    listing = host.check_output("ls %s" % stack["model_dir"]).split()
+    listing = training_user.check_output("ls %s", stack["model_dir"]).split()
     assert any(name.endswith(".safetensors") for name in listing)
-    config = json.loads(host.file(stack["model_dir"] + "/config.json").content_string)
+    config = json.loads(training_user.read(stack["model_dir"] + "/config.json"))
     assert config["model_type"] == "qwen2"
 
 
-def test_weights_are_whole(host, stack):
-    result = host.run(
+def test_weights_are_whole(training_user, stack):
+    result = training_user.run(
         "%s/bin/python %s/tools/model_fetch.py check %s",
         stack["stack_env_prefix"],
         stack["stack_work_dir"],
@@ -70,19 +70,20 @@ def qwen2_tensors(config: dict) -> dict[str, list[int]]:
     return shapes
 
 
-def first_bytes(host, path: str, count: int) -> bytes:
-    """The first bytes of a file on the host (base64 keeps binary intact through the backend)."""
-    return base64.b64decode(host.check_output("head -c %s %s | base64 -w0", str(count), path))
+def first_bytes(user, path: str, count: int) -> bytes:
+    """The first bytes of a file on the host, read as the training user (base64 keeps binary
+    intact through the backend)."""
+    return base64.b64decode(user.check_output("head -c %s %s | base64 -w0", str(count), path))
 
 
-def safetensors_header(host, path: str) -> tuple[int, dict]:
+def safetensors_header(user, path: str) -> tuple[int, dict]:
     """A .safetensors file's header and its length: an 8-byte little-endian length, then that many bytes of JSON."""
-    (length,) = struct.unpack("<Q", first_bytes(host, path, 8))
+    (length,) = struct.unpack("<Q", first_bytes(user, path, 8))
     assert 0 < length < 100_000_000, "%s: a header length of %d bytes is not a safetensors header" % (path, length)
-    return length, json.loads(first_bytes(host, path, 8 + length)[8:])
+    return length, json.loads(first_bytes(user, path, 8 + length)[8:])
 
 
-def test_weights_match_the_config(host, stack):
+def test_weights_match_the_config(host, training_user, stack):
     """Read without the fetch tool (model_fetch.py check, the model layer's and
     test_weights_are_whole's oracle): each weight file's safetensors header, parsed here. Every
     tensor Qwen2ForCausalLM loads is there, once, in config.json's shape and dtype and nothing
@@ -91,20 +92,22 @@ def test_weights_match_the_config(host, stack):
     config.json beside them (a mixed copy), a shard missing from an index, or a file cut off
     after its header that a lying checker passed, fail here."""
     directory = stack["model_dir"]
-    config = json.loads(host.file(directory + "/config.json").content_string)
-    index = host.file(directory + "/model.safetensors.index.json")
-    if index.exists:
-        weight_map = json.loads(index.content_string)["weight_map"]
+    config = json.loads(training_user.read(directory + "/config.json"))
+    index = directory + "/model.safetensors.index.json"
+    if host.file(index).exists:
+        weight_map = json.loads(training_user.read(index))["weight_map"]
         files = sorted(set(weight_map.values()))
     else:
         weight_map = None
-        files = [name for name in host.check_output("ls %s", directory).split() if name.endswith(".safetensors")]
+        files = [
+            name for name in training_user.check_output("ls %s", directory).split() if name.endswith(".safetensors")
+        ]
     assert files, "no .safetensors weights in %s" % directory
     found: dict[str, dict] = {}
     for name in files:
         path = "%s/%s" % (directory, name)
         assert host.file(path).is_file, "%s is missing" % path
-        header_length, header = safetensors_header(host, path)
+        header_length, header = safetensors_header(training_user, path)
         header.pop("__metadata__", None)
         spans = sorted(tuple(entry["data_offsets"]) for entry in header.values())
         ends = [0] + [end for _, end in spans]

@@ -70,14 +70,9 @@ def only_on_the_head(stack) -> None:
         )
 
 
-def as_user(host, stack, code: str):
-    return host.run(
-        "runuser -u %s -- %s/bin/python -c %s" % (stack["stack_user"], stack["stack_env_prefix"], _quote(code))
-    )
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
+def env_python(training_user, stack, code: str):
+    """The env's python -c CODE, as the training user (conftest.py's training_user)."""
+    return training_user.run("%s/bin/python -c %s", stack["stack_env_prefix"], code)
 
 
 def last_json(stdout: str):
@@ -91,21 +86,21 @@ def last_json(stdout: str):
     return None
 
 
-def live_nodes(host, stack) -> list[dict]:
-    done = as_user(host, stack, NODES)
+def live_nodes(training_user, stack) -> list[dict]:
+    done = env_python(training_user, stack, NODES)
     assert done.rc == 0, done.stderr
     nodes = last_json(done.stdout)
     assert nodes is not None, done.stdout
     return nodes
 
 
-def wait_for_cluster(host, stack, timeout: float, replaced: set[str] = frozenset()) -> list[dict]:
+def wait_for_cluster(training_user, stack, timeout: float, replaced: set[str] = frozenset()) -> list[dict]:
     """Wait until every host of the group is a live node again (none of the node ids in replaced)."""
     want = sorted(stack["__stack_ray_hosts"])
     deadline = time.monotonic() + timeout
     seen: list[dict] = []
     while time.monotonic() < deadline:
-        done = as_user(host, stack, NODES)
+        done = env_python(training_user, stack, NODES)
         if done.rc == 0 and last_json(done.stdout) is not None:
             seen = last_json(done.stdout)
             if sorted(n["host"] for n in seen) == want and not {n["id"] for n in seen} & set(replaced):
@@ -142,7 +137,7 @@ def test_the_layer_is_where_the_group_puts_it(host, stack):
         assert name not in unit.content_string and name not in shown and str(value) not in shown
 
 
-def test_the_node_runs_as_the_training_user_with_the_launchers_environment(host, stack):
+def test_the_node_runs_as_the_training_user_with_the_launchers_environment(host, training_user, stack):
     only_on_a_member(stack)
     service = "verl-ray-%s.service" % part(stack)
     assert host.service(service).is_running and host.service(service).is_enabled
@@ -151,9 +146,7 @@ def test_the_node_runs_as_the_training_user_with_the_launchers_environment(host,
     assert host.file("/proc/%s" % pid).user == stack["stack_user"]
     environ = dict(
         line.split("=", 1)
-        for line in host.check_output(
-            "runuser -u %s -- cat /proc/%s/environ | tr '\\0' '\\n'" % (stack["stack_user"], pid)
-        ).splitlines()
+        for line in training_user.check_output("cat /proc/%s/environ | tr '\\0' '\\n'", pid).splitlines()
         if "=" in line
     )
     assert environ["PATH"].startswith(stack["stack_env_prefix"] + "/bin:")
@@ -166,33 +159,33 @@ def test_the_node_runs_as_the_training_user_with_the_launchers_environment(host,
     assert interface and environ.get("GLOO_SOCKET_IFNAME") == interface
 
 
-def test_every_node_joined_and_runs_a_task_there(host, stack):
+def test_every_node_joined_and_runs_a_task_there(host, training_user, stack):
     only_on_the_head(stack)
-    nodes = live_nodes(host, stack)
+    nodes = live_nodes(training_user, stack)
     assert sorted(n["host"] for n in nodes) == sorted(stack["__stack_ray_hosts"])
     gpus = json.loads(host.file(stack["stack_state_dir"] + "/ray.json").content_string)["details"]["gpus"]
     assert {n["gpus"] for n in nodes} == {gpus}
-    done = as_user(host, stack, WHERE)
+    done = env_python(training_user, stack, WHERE)
     assert done.rc == 0, done.stderr
     ran = json.loads(done.stdout.strip().splitlines()[-1])
     assert {node["id"]: node["host"] for node in nodes} == ran
 
 
-def test_a_restarted_worker_rejoins(host, stack):
+def test_a_restarted_worker_rejoins(host, training_user, stack):
     only_on_the_head(stack)
     for worker in [name for name in stack["__stack_ray_hosts"] if name != stack["__stack_ray_head"]]:
-        before = {n["id"] for n in live_nodes(host, stack) if n["host"] == worker}
+        before = {n["id"] for n in live_nodes(training_user, stack) if n["host"] == worker}
         other_host(host, worker).check_output("systemctl restart verl-ray-worker.service")
-        after = wait_for_cluster(host, stack, timeout=120, replaced=before)
+        after = wait_for_cluster(training_user, stack, timeout=120, replaced=before)
         assert [n for n in after if n["host"] == worker]
 
 
-def test_a_restarted_head_brings_the_cluster_back(host, stack):
+def test_a_restarted_head_brings_the_cluster_back(host, training_user, stack):
     only_on_the_head(stack)
-    before = {n["id"] for n in live_nodes(host, stack)}
+    before = {n["id"] for n in live_nodes(training_user, stack)}
     host.check_output("systemctl restart verl-ray-head.service")
     # The workers give up on the old head (RAY_gcs_rpc_server_reconnect_timeout_s) and their units restart them.
-    wait_for_cluster(host, stack, timeout=240, replaced=before)
+    wait_for_cluster(training_user, stack, timeout=240, replaced=before)
 
 
 def play(*args: str):
@@ -210,11 +203,11 @@ def test_a_play_that_misses_a_node_is_refused(host, stack):
     assert "this play does not reach %s (--limit?)" % worker in output
 
 
-def test_a_node_that_does_not_join_is_named_with_the_ports(host, stack):
+def test_a_node_that_does_not_join_is_named_with_the_ports(host, training_user, stack):
     only_on_the_head(stack)
     worker = [name for name in stack["__stack_ray_hosts"] if name != stack["__stack_ray_head"]][0]
     node = other_host(host, worker)
-    before = {n["id"] for n in live_nodes(host, stack) if n["host"] == worker}
+    before = {n["id"] for n in live_nodes(training_user, stack) if n["host"] == worker}
     # The worker's unit runs, but its Ray never starts: a node the head cannot see.
     dropin = "/etc/systemd/system/verl-ray-worker.service.d"
     node.check_output(
@@ -223,7 +216,7 @@ def test_a_node_that_does_not_join_is_named_with_the_ports(host, stack):
     )
     try:
         deadline = time.monotonic() + 90
-        while any(n["host"] == worker for n in live_nodes(host, stack)):
+        while any(n["host"] == worker for n in live_nodes(training_user, stack)):
             assert time.monotonic() < deadline, "the head still lists %s 90 s after its Ray stopped" % worker
             time.sleep(3)
         rc, output = play("--tags", "ray", "-e", "verify=ray", "-e", "ray_join_timeout=10")
@@ -246,4 +239,4 @@ def test_a_node_that_does_not_join_is_named_with_the_ports(host, stack):
     for name in stack["__stack_ray_hosts"]:
         state = json.loads(other_host(host, name).file(stack["stack_state_dir"] + "/ray.json").content_string)
         assert state["status"] == "complete", name
-    wait_for_cluster(host, stack, timeout=60, replaced=before)
+    wait_for_cluster(training_user, stack, timeout=60, replaced=before)

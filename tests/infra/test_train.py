@@ -22,20 +22,20 @@ def test_launcher_files(host, stack):
     assert env.mode == 0o600 and env.user == stack["stack_user"]
 
 
-def test_launcher_is_for_the_host_profile(host, stack, layer_state):
+def test_launcher_is_for_the_host_profile(training_user, stack, layer_state):
     profile = layer_state("preflight")["inputs"]["profile"]
-    text = host.file(stack["train_work_dir"] + "/train.sh").content_string
+    text = training_user.read(stack["train_work_dir"] + "/train.sh")
     # The profile is named in what train.sh prints (no value is in a comment of the script).
     assert "train.sh: profile %s" % profile in text
     for dead in ("VLLM_DTYPE", "TRITON_MAX_SHARED_MEMORY", "fsdp_config.cpu_offload", "fsdp_config.offload_params"):
         assert dead not in text
 
 
-def test_print_overrides_and_bash_syntax(host, stack, layer_state):
+def test_print_overrides_and_bash_syntax(training_user, stack, layer_state):
     script = stack["train_work_dir"] + "/train.sh"
-    assert host.run("bash -n " + script).rc == 0
-    with host.sudo(stack["stack_user"]):
-        overrides = host.check_output(script + " --print-overrides").splitlines()
+    syntax = training_user.run("bash -n " + script)
+    assert syntax.rc == 0, syntax.stderr
+    overrides = training_user.check_output(script + " --print-overrides").splitlines()
     assert "trainer.resume_mode=%s" % stack["train_resume_mode"] in overrides
     # The directories the model and data layers recorded, not what the controller expects.
     model_dir = layer_state("model")["details"]["dir"]
@@ -44,23 +44,21 @@ def test_print_overrides_and_bash_syntax(host, stack, layer_state):
     assert "data.train_files=%s/train.parquet" % layer_state("data")["details"]["output"] in overrides
 
 
-def test_overrides_compose_with_installed_verl(host, stack):
-    with host.sudo(stack["stack_user"]):
-        result = host.run(
-            "%s/bin/python %s/tools/validate_overrides.py --verl %s --script %s/train.sh"
-            % (stack["stack_env_prefix"], stack["stack_work_dir"], stack["stack_verl_dir"], stack["train_work_dir"])
-        )
+def test_overrides_compose_with_installed_verl(training_user, stack):
+    result = training_user.run(
+        "%s/bin/python %s/tools/validate_overrides.py --verl %s --script %s/train.sh"
+        % (stack["stack_env_prefix"], stack["stack_work_dir"], stack["stack_verl_dir"], stack["train_work_dir"])
+    )
     assert result.rc == 0, result.stdout + result.stderr
 
 
-def test_train_env_activates_the_env_and_the_profile(host, stack):
+def test_train_env_activates_the_env_and_the_profile(host, training_user, stack):
     """Sourcing train.env as the training user gives the env's python, CUDA and the profile's variables."""
     probe = (
         'set -eu; . %s/train.env; printf "%%s\\n" "$(command -v python3)" "${CUDA_HOME:-}" "${CONDA_PREFIX:-}"; '
         "python3 -c 'import json, os; print(json.dumps(dict(os.environ)))'" % stack["train_work_dir"]
     )
-    with host.sudo(stack["stack_user"]):
-        result = host.run("bash -c %s", probe)
+    result = training_user.run("bash -c %s", probe)
     assert result.rc == 0, result.stdout + result.stderr
     python, cuda_home, conda_prefix, environ = result.stdout.splitlines()[-4:]
     assert python == stack["stack_env_prefix"] + "/bin/python3"
@@ -72,10 +70,9 @@ def test_train_env_activates_the_env_and_the_profile(host, stack):
 
 
 @pytest.fixture(scope="module")
-def composed(host, stack):
+def composed(training_user, stack):
     """verl's config as train.sh --dry-run composes it on this host (Hydra's --cfg job --resolve)."""
-    with host.sudo(stack["stack_user"]):
-        result = host.run("%s/train.sh --dry-run", stack["train_work_dir"])
+    result = training_user.run("%s/train.sh --dry-run", stack["train_work_dir"])
     assert result.rc == 0, "train.sh --dry-run failed:\n%s\n%s" % (result.stdout[-3000:], result.stderr[-3000:])
     config = yaml.safe_load(result.stdout)
     assert isinstance(config, dict) and "actor_rollout_ref" in config, result.stdout[-3000:]
@@ -222,7 +219,7 @@ def test_layer_state(layer_state):
     assert layer_state("train")["status"] == "complete"
 
 
-def test_hf_rollout_is_sized_from_the_host(host, stack, layer_state):
+def test_hf_rollout_is_sized_from_the_host(training_user, stack, layer_state):
     # The train role read the model's config.json and preflight's GPU memory; the
     # launcher's header says what it computed, and validation is one chunk per GPU.
     profile = layer_state("preflight")["inputs"]["profile"]
@@ -230,29 +227,30 @@ def test_hf_rollout_is_sized_from_the_host(host, stack, layer_state):
     if backend != "hf":
         pytest.skip("the %s profile's rollout backend is %s: nothing sizes an hf rollout" % (profile, backend))
     script = stack["train_work_dir"] + "/train.sh"
-    assert "computed by filter_plugins/rollout.py" in host.file(script).content_string
-    with host.sudo(stack["stack_user"]):
-        overrides = dict(line.split("=", 1) for line in host.check_output(script + " --print-overrides").splitlines())
+    assert "computed by filter_plugins/rollout.py" in training_user.read(script)
+    overrides = dict(
+        line.split("=", 1) for line in training_user.check_output(script + " --print-overrides").splitlines()
+    )
     micro = int(overrides["+actor_rollout_ref.rollout.micro_batch_size"])
     gpus = int(overrides["trainer.n_gpus_per_node"]) * int(overrides["trainer.nnodes"])
     assert int(overrides["data.val_batch_size"]) == micro * gpus
     assert (int(overrides["data.train_batch_size"]) // gpus) % micro == 0
 
 
-def test_report_runs_in_the_training_env(host, stack):
+def test_report_runs_in_the_training_env(host, training_user, stack):
     tool = host.file(stack["train_tools_dir"] + "/train_report.py")
     assert tool.exists and tool.mode == 0o755
-    log = "/tmp/verl-p40-report-test.log"
-    host.run(
-        "printf '%%s\\n' 'Total training steps: 4' '%s' > %s && chmod 644 %s"
-        % (
-            "step:1 - critic/score/mean:0.250 - response_length/mean:180.0 - timing_s/gen:3.0 - timing_s/step:9.0",
-            log,
-            log,
-        )
+    # The log is the training user's own temporary file: root writes nothing at a name in /tmp
+    # that user could have planted a link at.
+    lines = (
+        "Total training steps: 4",
+        "step:1 - critic/score/mean:0.250 - response_length/mean:180.0 - timing_s/gen:3.0 - timing_s/step:9.0",
     )
-    with host.sudo(stack["stack_user"]):
-        result = host.run(stack["train_work_dir"] + "/train.sh --report " + log)
+    result = training_user.run(
+        'log=$(mktemp) || exit 1; printf "%%s\\n" %s %s > "$log" && %s --report "$log"; rc=$?; rm -f "$log"; exit $rc',
+        *lines,
+        stack["train_work_dir"] + "/train.sh",
+    )
     assert result.rc == 0, result.stdout + result.stderr
     assert "1 step logged (last: step 1 of 4); still running" in result.stdout
     assert "reward   0.250  length  180.0" in result.stdout
