@@ -22,7 +22,7 @@ LANE = $(if $(LANES),2>&1 | sed -u 's/^/[$@] /')
 STACK_IMAGE := localhost/verl-p40-stack:12
 # The fault tests: on a new container from the Debian 12 image (nothing built), and on one from
 # STACK_IMAGE (every layer built); a module or class at a time on each worker: two modules on new
-# hosts, five groups on built ones (the classes of test_python_faults.py, test_built_faults.py).
+# hosts, six groups on built ones (the classes of test_python_faults.py, test_built_faults.py).
 FAULTS_NEW := tests/integration/test_faults.py tests/integration/test_url_faults.py
 FAULTS_BUILT := tests/integration/test_python_faults.py tests/integration/test_built_faults.py
 FAULTS = $(BIN)/python -m pytest -v --dist loadscope --durations=15

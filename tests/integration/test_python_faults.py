@@ -352,8 +352,8 @@ class TestTheUsersTrees:
         assert [m for m in found if m.startswith(uid + "-sh-")] and [m for m in found if re.match(uid + r"-\d+$", m)]
 
 
-class TestVerlLayer:
-    """The verl, model and rerun faults.
+class TestVerlCheckout:
+    """The verl checkout's faults: a tag that does not exist or moved, local work, a git credential.
 
     They run in order on a built host of their own, beside the other classes.
     """
@@ -446,6 +446,11 @@ class TestVerlLayer:
         # Back to the CI mirror, for the tests after this one.
         run = host.play("--tags", "verl")
         assert run.returncode == 0, run.output[-3000:]
+
+
+class TestVerlRecovery:
+    """A pip run killed half way, a directory that is not a checkout, the Hugging Face token, and a
+    rerun with nothing to do: on a built host of their own, beside the other classes."""
 
     def test_a_run_killed_in_the_middle_of_pip(self, host):
         """A run killed while pip installs verl's set leaves a package half installed, which the next
