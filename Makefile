@@ -101,6 +101,15 @@ demo: images standins  ## the whole stack in a throwaway container, with the sta
 bench: images standins  ## converge timings (cold, no-op, one-layer rebuild)
 	$(MIRROR) $(BIN)/python tools/bench.py
 
+# Mutation testing (cosmic-ray) of library/, module_utils/, the plugins and roles/*/files/*.py, each
+# module against its own unit test files; hours for all, not in make test (docs/testing.md).
+# MODULES: the modules to run (paths, space-separated), default all; the result merges into OUT.
+MODULES ?=
+MUTATION_OUT ?= docs/mutation/$(shell date +%F).json
+.PHONY: mutate
+mutate: setup  ## mutation testing of the modules that decide things (MODULES=library/verl_patch.py ...); slow
+	$(BIN)/python tools/mutate.py $(if $(MODULES),--module $(MODULES)) --out $(MUTATION_OUT)
+
 APEX_JOBS ?= 2
 apex-proof: images standins  ## the real Apex build (CUDA extensions, sm_61) through the apex role; 30-60 min, not in make test
 	$(BIN)/python tests/apex_proof/run.py --jobs $(APEX_JOBS)

@@ -311,3 +311,381 @@ def test_missing_config_is_bad_input(tmp_path: Path):
     )
     assert done.returncode == 2
     assert "no ppo_trainer.yaml" in done.stderr
+
+
+# -- the checks themselves, on a config built here (no Hydra: each case takes milliseconds) --------
+
+SMALL = {
+    "algorithm": {"adv_estimator": "gae"},
+    "data": {"train_batch_size": 64, "val_batch_size": 64},
+    "trainer": {"n_gpus_per_node": 1, "nnodes": 1},
+    "actor_rollout_ref": {
+        "actor": {
+            "ppo_mini_batch_size": 32,
+            "ppo_micro_batch_size": None,
+            "ppo_micro_batch_size_per_gpu": 8,
+            "use_dynamic_bsz": False,
+            "ulysses_sequence_parallel_size": 1,
+            "fsdp_config": {"param_offload": False},
+        },
+        "rollout": {
+            "name": "hf",
+            "n": 1,
+            "tensor_model_parallel_size": 1,
+            "log_prob_micro_batch_size": None,
+            "log_prob_micro_batch_size_per_gpu": 8,
+            "log_prob_use_dynamic_bsz": False,
+            "micro_batch_size": 64,
+        },
+        "ref": {
+            "log_prob_micro_batch_size": None,
+            "log_prob_micro_batch_size_per_gpu": 8,
+            "log_prob_use_dynamic_bsz": False,
+        },
+    },
+    "critic": {
+        "ppo_mini_batch_size": 32,
+        "ppo_micro_batch_size": None,
+        "ppo_micro_batch_size_per_gpu": 8,
+        "use_dynamic_bsz": False,
+        "ulysses_sequence_parallel_size": 1,
+    },
+}
+ACTOR = "actor_rollout_ref.actor"
+ROLLOUT = "actor_rollout_ref.rollout"
+REF = "actor_rollout_ref.ref"
+NEEDS = "(verl refuses to start without a micro-batch size)"
+
+
+def small(changes: dict):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(SMALL)
+    for key, value in changes.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "changes, problems, warnings",
+    [
+        ({}, [], []),
+        (
+            {"trainer.n_gpus_per_node": 2, "trainer.nnodes": 2, "data.train_batch_size": 6},
+            [
+                "data.train_batch_size x rollout.n = 6 is not divisible by the 4 GPUs",
+                f"data.train_batch_size=6 is smaller than {ACTOR}.ppo_mini_batch_size=32",
+                "data.train_batch_size=6 is smaller than critic.ppo_mini_batch_size=32",
+            ],
+            [],
+        ),
+        (
+            {"trainer.n_gpus_per_node": 4, f"{ROLLOUT}.tensor_model_parallel_size": 3},
+            ["4 GPUs are not divisible by rollout.tensor_model_parallel_size=3"],
+            [],
+        ),
+        ({f"{ACTOR}.ppo_micro_batch_size_per_gpu": None}, [f"set {ACTOR}.ppo_micro_batch_size_per_gpu {NEEDS}"], []),
+        (
+            {f"{ACTOR}.ppo_micro_batch_size": 8},
+            [f"set only {ACTOR}.ppo_micro_batch_size_per_gpu, not also {ACTOR}.ppo_micro_batch_size"],
+            [],
+        ),
+        ({f"{ACTOR}.use_dynamic_bsz": True, f"{ACTOR}.ppo_micro_batch_size_per_gpu": None}, [], []),
+        (
+            # A dynamic actor skips its own checks only, not the sections after it.
+            {
+                f"{ACTOR}.use_dynamic_bsz": True,
+                f"{ACTOR}.ppo_micro_batch_size_per_gpu": None,
+                f"{REF}.log_prob_micro_batch_size_per_gpu": None,
+                "critic.ppo_mini_batch_size": 1000,
+            },
+            [
+                f"set {REF}.log_prob_micro_batch_size_per_gpu {NEEDS}",
+                "data.train_batch_size=64 is smaller than critic.ppo_mini_batch_size=1000",
+            ],
+            [],
+        ),
+        (
+            {"algorithm.adv_estimator": "grpo", "critic.ppo_micro_batch_size_per_gpu": None},
+            [],
+            [],
+        ),
+        ({"algorithm.adv_estimator": "grpo", "critic.ppo_mini_batch_size": 1000}, [], []),
+        ({"critic.use_dynamic_bsz": True, "critic.ppo_mini_batch_size": 1000}, [], []),
+        ({"critic.ppo_micro_batch_size_per_gpu": None}, [f"set critic.ppo_micro_batch_size_per_gpu {NEEDS}"], []),
+        (
+            {"critic.ppo_micro_batch_size_per_gpu": 5},
+            ["critic: the per-GPU mini batch (32 x 1 / 1 = 32) is not a multiple of its micro batch (5)"],
+            [],
+        ),
+        (
+            {f"{REF}.log_prob_micro_batch_size_per_gpu": None},
+            [f"set {REF}.log_prob_micro_batch_size_per_gpu {NEEDS}"],
+            [],
+        ),
+        ({f"{REF}.log_prob_micro_batch_size_per_gpu": None, f"{REF}.log_prob_use_dynamic_bsz": True}, [], []),
+        (
+            {f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu": None},
+            [f"set {ROLLOUT}.log_prob_micro_batch_size_per_gpu {NEEDS}"],
+            [],
+        ),
+        (
+            {f"{ROLLOUT}.log_prob_micro_batch_size": 8},
+            [f"set only {ROLLOUT}.log_prob_micro_batch_size_per_gpu, not also {ROLLOUT}.log_prob_micro_batch_size"],
+            [],
+        ),
+        (
+            {"data.train_batch_size": 16},
+            [
+                f"data.train_batch_size=16 is smaller than {ACTOR}.ppo_mini_batch_size=32",
+                "data.train_batch_size=16 is smaller than critic.ppo_mini_batch_size=32",
+            ],
+            [],
+        ),
+        ({"data.train_batch_size": 32}, [], []),
+        (
+            # Sequence parallel wider than the GPUs: one data-parallel rank, not none.
+            {f"{ACTOR}.ulysses_sequence_parallel_size": 2, f"{ACTOR}.ppo_micro_batch_size_per_gpu": 32},
+            [],
+            [],
+        ),
+        (
+            # 4 GPUs, sequence parallel 2: data parallel 2 halves both the mini batch and a global micro batch.
+            {
+                "trainer.n_gpus_per_node": 4,
+                f"{ACTOR}.ulysses_sequence_parallel_size": 2,
+                f"{ACTOR}.ppo_micro_batch_size_per_gpu": None,
+                f"{ACTOR}.ppo_micro_batch_size": 12,
+            },
+            [f"{ACTOR}: the per-GPU mini batch (32 x 1 / 2 = 16) is not a multiple of its micro batch (6)"],
+            [],
+        ),
+        ({f"{ACTOR}.ppo_mini_batch_size": 0}, [f"{ACTOR}.ppo_mini_batch_size x rollout.n / 1 GPUs is 0"], []),
+        (
+            {f"{ROLLOUT}.n": 3, f"{ACTOR}.ppo_micro_batch_size_per_gpu": 5},
+            [f"{ACTOR}: the per-GPU mini batch (32 x 3 / 1 = 96) is not a multiple of its micro batch (5)"],
+            [],
+        ),
+        (
+            {f"{ACTOR}.fsdp_config.param_offload": True},
+            [
+                "the hf rollout generates with the actor's weights and never reloads offloaded ones: "
+                f"set {ACTOR}.fsdp_config.param_offload=False"
+            ],
+            [],
+        ),
+        (
+            {f"{ROLLOUT}.micro_batch_size": None},
+            [],
+            [f"the hf rollout generates the whole batch at once without +{ROLLOUT}.micro_batch_size"],
+        ),
+        (
+            {f"{ROLLOUT}.micro_batch_size": 7, "data.val_batch_size": 7},
+            [
+                "the hf rollout cannot split 64 prompts per GPU into 9 equal chunks (micro_batch_size=7); "
+                "make data.train_batch_size / GPUs a multiple of it"
+            ],
+            [],
+        ),
+        (
+            {"data.val_batch_size": None},
+            [
+                "with the hf rollout, data.val_batch_size=null sends the whole validation set as one batch, which "
+                "it can split only if its size divides evenly (GSM8K test: 1319 rows, a prime); set data.val_batch_size=64"
+            ],
+            [],
+        ),
+        (
+            {"data.val_batch_size": 65},
+            [],
+            [
+                "validation batches of 65 may not split into equal hf rollout chunks of 64; "
+                "data.val_batch_size=64 always does"
+            ],
+        ),
+        ({"data.val_batch_size": 128, "trainer.n_gpus_per_node": 2}, [], []),
+        (
+            {"data.val_batch_size": 129, "trainer.n_gpus_per_node": 2},
+            [],
+            [
+                "validation batches of 129 may not split into equal hf rollout chunks of 64; "
+                "data.val_batch_size=128 always does"
+            ],
+        ),
+        (
+            {f"{ROLLOUT}.name": "vllm", "data.val_batch_size": None, f"{ACTOR}.fsdp_config.param_offload": True},
+            [],
+            [],
+        ),
+    ],
+)
+def test_batch_problems_one_rule_at_a_time(changes: dict, problems: list[str], warnings: list[str]):
+    assert vo.batch_problems(small(changes)) == (problems, warnings)
+
+
+def test_a_global_micro_batch_is_divided_by_the_data_parallel_size():
+    assert vo._per_gpu(12, None, 2) == 6
+    assert vo._per_gpu(13, None, 2) == 6
+    assert vo._per_gpu(12, 5, 2) == 5
+    assert vo._per_gpu(None, None, 2) is None
+
+
+# -- the exit status the train role stops on, in this process --------------------------------------
+
+
+def cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, dict, str]:
+    status = vo.main(list(argv))
+    out, err = capsys.readouterr()
+    return status, json.loads(out.splitlines()[-1]), err
+
+
+def test_wrong_batch_sizes_alone_exit_1(verl_041_pristine: Path, capsys: pytest.CaptureFixture):
+    # Every override composes; only the batch arithmetic is wrong: still exit 1, the train role stops.
+    status, summary, err = cli(
+        capsys, "--verl", str(verl_041_pristine), "data.train_batch_size=3", "trainer.n_gpus_per_node=2"
+    )
+    assert status == 1
+    assert summary["ok"] is False and summary["refused"] == [] and summary["overrides"] == 2
+    assert "data.train_batch_size x rollout.n = 3 is not divisible by the 2 GPUs" in summary["problems"]
+    assert "problem: data.train_batch_size x rollout.n = 3 is not divisible by the 2 GPUs" in err
+    assert "ok: verl composes" not in err
+
+
+def test_a_valid_list_exits_0_and_warnings_do_not_fail_it(verl_041_pristine: Path, capsys: pytest.CaptureFixture):
+    overrides = [line for line in ORIGINAL_RECIPE if "fsdp_config" not in line and "rollout.name" not in line]
+    status, summary, err = cli(capsys, "--verl", str(verl_041_pristine), *overrides)
+    assert status == 0, err
+    assert summary == {"ok": True, "overrides": len(overrides), "refused": [], "problems": [], "warnings": []}
+    assert err.strip().splitlines()[-1] == "ok: verl composes all %d overrides" % len(overrides)
+    status, summary, err = cli(
+        capsys,
+        "--verl",
+        str(verl_041_pristine),
+        *overrides,
+        "actor_rollout_ref.rollout.name=hf",
+        "data.val_batch_size=8",
+    )
+    assert status == 0 and summary["ok"] is True and summary["warnings"], err
+    assert "warning: the hf rollout generates the whole batch at once" in err
+
+
+def test_a_refused_override_is_reported_with_its_key_and_reason(verl_041_pristine: Path, capsys):
+    status, summary, err = cli(capsys, "--verl", str(verl_041_pristine), "trainer.totl_epochs=3")
+    assert status == 1 and summary["ok"] is False
+    (refusal,) = summary["refused"]
+    assert refusal["override"] == "trainer.totl_epochs=3" and refusal["key"] == "trainer.totl_epochs"
+    assert "refused: trainer.totl_epochs=3\n  key trainer.totl_epochs: " in err
+    assert refusal["reason"].endswith(
+        "(A '+' makes Hydra accept a new key, but only keys verl's code reads do anything.)"
+    )
+
+
+def test_overrides_come_from_a_file_then_the_command_line(verl_041_pristine: Path, tmp_path: Path, capsys):
+    listed = tmp_path / "list.txt"
+    listed.write_text("# a comment\n\n  trainer.total_epochs=2  \ntrainer.save_freq=5\n")
+    assert vo.overrides_from_file(listed) == ["trainer.total_epochs=2", "trainer.save_freq=5"]
+    status, summary, _ = cli(
+        capsys, "--verl", str(verl_041_pristine), "--overrides-file", str(listed), "trainer.test_freq=5"
+    )
+    assert summary["overrides"] == 3 and summary["refused"] == []  # verl's defaults lack micro-batch sizes
+    assert status == 1 and any("micro-batch size" in problem for problem in summary["problems"])
+
+
+def test_no_overrides_or_no_config_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture):
+    with pytest.raises(SystemExit) as stop:
+        vo.main(["--verl", str(tmp_path)])
+    assert stop.value.code == 2 and "no overrides given" in capsys.readouterr().err
+    status, summary, err = cli(capsys, "--verl", str(tmp_path), "trainer.total_epochs=1")
+    assert status == 2 and summary["ok"] is False and "no ppo_trainer.yaml under" in summary["error"]
+    assert err.startswith("validate_overrides.py: ")
+
+
+def test_the_config_directory_is_found_from_any_of_three_places(verl_041_pristine: Path, tmp_path: Path):
+    config = (verl_041_pristine / "verl" / "trainer" / "config").resolve()
+    for given in (verl_041_pristine, verl_041_pristine / "verl", config):
+        assert vo.config_dir(given) == config
+    with pytest.raises(FileNotFoundError, match="give the verl checkout root"):
+        vo.config_dir(tmp_path)
+
+
+def test_override_keys_and_the_hint_for_known_replacements():
+    assert vo.override_key("++a.b=1=2") == "a.b"
+    assert vo.override_key("~a.b") == "a.b"
+    reason = vo._reason(
+        "actor_rollout_ref.fsdp_config.cpu_offload=true", ValueError("Could not override.\nmore\nlines")
+    )
+    assert reason == "Could not override. Use actor_rollout_ref.actor.fsdp_config.param_offload / optimizer_offload."
+    assert vo._reason("x=1", ValueError("one\ntwo\nthree\nfour")) == "one two three"
+    assert vo._first_lines(ValueError("")) == "ValueError"
+    assert vo._culprit(["a=1", "b=2"], ValueError("Key 'b' is not in struct\nmore")) == 1
+    assert vo._culprit(["a=1", "+a=2"], ValueError("Key 'a' twice")) is None
+    assert vo._culprit(["a=1"], ValueError("")) is None
+
+
+def test_a_config_that_does_not_resolve_is_a_problem(verl_041_pristine: Path):
+    result = vo.check(verl_041_pristine, ["trainer.project_name=${no.such.key}"])
+    assert result.refused == []
+    assert result.problems[0].startswith("the composed config does not resolve: ")
+    assert len(result.problems) == 1
+
+
+def test_a_launcher_that_cannot_list_its_overrides_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture):
+    script = tmp_path / "train.sh"
+    script.write_text('echo "no such option: $1" >&2\nexit 3\n')
+    status, summary, err = cli(capsys, "--verl", str(tmp_path), "--script", str(script))
+    assert status == 2 and summary["ok"] is False
+    assert "--print-overrides failed (3): no such option: --print-overrides" in err
+
+
+def test_verl_is_a_required_argument(capsys: pytest.CaptureFixture):
+    with pytest.raises(SystemExit) as stop:
+        vo.main(["trainer.total_epochs=1"])
+    assert stop.value.code == 2 and "the following arguments are required: --verl" in capsys.readouterr().err
+
+
+def test_a_batch_size_given_as_text_is_a_problem_not_a_crash(verl_041_pristine: Path):
+    result = vo.check(verl_041_pristine, ["data.train_batch_size=many"])
+    assert result.refused == [] and len(result.problems) == 1
+    assert result.problems[0].startswith("could not check the batch sizes: ")
+
+
+def test_a_launcher_that_hangs_is_given_up_after_a_minute(tmp_path: Path, monkeypatch, capsys):
+    def hang(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, kwargs["timeout"])
+
+    monkeypatch.setattr(vo.subprocess, "run", hang)
+    status, summary, err = cli(capsys, "--verl", str(tmp_path), "--script", str(tmp_path / "train.sh"))
+    assert status == 2 and "timed out after 60 seconds" in summary["error"]
+
+
+def test_help_says_what_it_does(capsys: pytest.CaptureFixture):
+    with pytest.raises(SystemExit) as stop:
+        vo.main(["--help"])
+    assert stop.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Compose Hydra overrides with a verl checkout's own config; name every override verl refuses." in out
+
+
+def test_hydra_left_initialized_by_another_caller_is_no_obstacle(verl_041_pristine: Path):
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    def leave_initialized() -> None:
+        initialize_config_dir(config_dir=str(vo.config_dir(verl_041_pristine)), version_base=None).__enter__()
+        assert GlobalHydra.instance().is_initialized()
+
+    try:
+        leave_initialized()
+        assert vo.composed(verl_041_pristine, ["trainer.total_epochs=3"]).trainer.total_epochs == 3
+        leave_initialized()
+        assert vo.check(verl_041_pristine, ["trainer.total_epochs=3"]).refused == []
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_the_composed_config_is_resolved_in_place(verl_041_pristine: Path):
+    from omegaconf import OmegaConf
+
+    cfg = vo.composed(verl_041_pristine, ["trainer.project_name=${trainer.experiment_name}"])
+    assert not OmegaConf.is_interpolation(cfg.trainer, "project_name")
+    assert "${" not in OmegaConf.to_yaml(cfg)

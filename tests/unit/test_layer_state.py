@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import time
 import sys
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.testing import patch_module_args
 from conftest import play_results, run_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,23 +81,57 @@ def test_read_state_treats_garbage_as_incomplete(tmp_path):
     assert ls.read_state(str(tmp_path / "none.json")) == {}
 
 
-def module(tmp_path: Path, check: bool = False, **args) -> dict:
+def through_ansible(tmp_path: Path, check: bool = False, **args) -> dict:
     """Run the module through Ansible, as a playbook would."""
     args.setdefault("state_dir", str(tmp_path / "layers"))
     args.setdefault("layers", LAYERS)
     return run_module("layer_state", args, check)
 
 
+def module(tmp_path: Path, check: bool = False, **args) -> dict:
+    """Run the module in this process (see state() below)."""
+    return state(tmp_path, _ansible_check_mode=check, **args)
+
+
+def state(tmp_path: Path, **args) -> dict:
+    """The module's result for `args`, run in this process (a fraction of a second, where Ansible
+    takes seconds: the mutation runs of tools/mutate.py repeat it); _rc is 0 (exit_json) or 1."""
+    args.setdefault("state_dir", str(tmp_path / "layers"))
+    args.setdefault("layers", LAYERS)
+    out = io.StringIO()
+    with patch_module_args(args), contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        ls.main()
+    return dict(json.loads(out.getvalue()), _rc=done.value.code)
+
+
+def record(tmp_path: Path, name: str = "cuda") -> dict:
+    return json.loads((tmp_path / "layers" / (name + ".json")).read_text())
+
+
+def test_a_rebuild_does_not_keep_the_step_of_the_build_before(tmp_path):
+    # A pip layer marks itself building at step pip; killed there, the next run reinstalls. A later
+    # mark that names no step (a rebuild that has not reached pip) must not carry the stale one.
+    assert state(tmp_path, name="cuda", state="building", run="run-a", step="pip")["changed"]
+    assert record(tmp_path)["step"] == "pip"
+    assert state(tmp_path, name="cuda", inputs={"v": 1})["previous"]["step"] == "pip"
+    again = state(tmp_path, name="cuda", state="building", run="run-b")
+    assert again["changed"] and "step" not in record(tmp_path)
+    assert record(tmp_path)["run"] == "run-b"
+    state(tmp_path, name="cuda", state="building", run="run-b", step="pip")
+    done = state(tmp_path, name="cuda", state="present", run="run-b", inputs={"v": 1}, version="1")
+    assert done["_rc"] == 0 and "step" not in record(tmp_path) and record(tmp_path)["status"] == "complete"
+
+
 def test_lifecycle_through_ansible(tmp_path):
     inputs = {"version": "11.8.0", "sha256": "ab" * 32}
-    first = module(tmp_path, name="cuda", inputs=inputs)
+    first = through_ansible(tmp_path, name="cuda", inputs=inputs)
     assert first["build"] and first["reason"] == "absent" and not first["changed"]
 
-    assert module(tmp_path, name="cuda", state="building")["changed"]
+    assert through_ansible(tmp_path, name="cuda", state="building")["changed"]
     assert json.loads((tmp_path / "layers/cuda.json").read_text())["status"] == "building"
-    assert module(tmp_path, name="cuda", inputs=inputs)["reason"] == "incomplete"
+    assert through_ansible(tmp_path, name="cuda", inputs=inputs)["reason"] == "incomplete"
 
-    done = module(tmp_path, name="cuda", state="present", inputs=inputs, version="11.8.89")
+    done = through_ansible(tmp_path, name="cuda", state="present", inputs=inputs, version="11.8.89")
     assert done["changed"]
     fact = done["ansible_facts"]["stack_layer_cuda"]
     assert {key: fact[key] for key in ("version", "outcome")} == {"version": "11.8.89", "outcome": "built"}
@@ -102,22 +139,22 @@ def test_lifecycle_through_ansible(tmp_path):
     assert first["ansible_facts"]["stack_layer_cuda_started"] <= fact["finished"] <= time.time() + 1
     cuda_print = done["fingerprint"]
 
-    again = module(tmp_path, name="cuda", inputs=inputs)
+    again = through_ansible(tmp_path, name="cuda", inputs=inputs)
     assert not again["build"] and again["reason"] == "unchanged" and not again["probe"]
-    same = module(tmp_path, name="cuda", state="present", inputs=inputs, version="11.8.89", built=False)
+    same = through_ansible(tmp_path, name="cuda", state="present", inputs=inputs, version="11.8.89", built=False)
     assert not same["changed"] and same["fingerprint"] == cuda_print
     assert same["ansible_facts"]["stack_layer_cuda"]["outcome"] == "unchanged"
 
     # cudnn builds on cuda: a rebuilt cuda gets a new fingerprint, and cudnn follows.
-    module(tmp_path, name="cudnn", state="present", requires=["cuda"], inputs={"v": 1})
-    assert module(tmp_path, name="cudnn", requires=["cuda"], inputs={"v": 1})["reason"] == "unchanged"
-    assert module(tmp_path, name="cuda", inputs=inputs, rebuild="cuda")["reason"] == "requested"
-    rebuilt = module(tmp_path, name="cuda", state="present", inputs=inputs, version="11.8.89")
+    through_ansible(tmp_path, name="cudnn", state="present", requires=["cuda"], inputs={"v": 1})
+    assert through_ansible(tmp_path, name="cudnn", requires=["cuda"], inputs={"v": 1})["reason"] == "unchanged"
+    assert through_ansible(tmp_path, name="cuda", inputs=inputs, rebuild="cuda")["reason"] == "requested"
+    rebuilt = through_ansible(tmp_path, name="cuda", state="present", inputs=inputs, version="11.8.89")
     assert rebuilt["fingerprint"] != cuda_print
     assert rebuilt["ansible_facts"]["stack_layer_cuda"]["outcome"] == "rebuilt"
-    assert module(tmp_path, name="cudnn", requires=["cuda"], inputs={"v": 1})["reason"] == "dependency_changed"
+    assert through_ansible(tmp_path, name="cudnn", requires=["cuda"], inputs={"v": 1})["reason"] == "dependency_changed"
 
-    assert module(tmp_path, name="cuda", inputs={"version": "12.1"})["reason"] == "inputs_changed"
+    assert through_ansible(tmp_path, name="cuda", inputs={"version": "12.1"})["reason"] == "inputs_changed"
 
 
 def test_check_mode_writes_nothing(tmp_path):
@@ -377,11 +414,11 @@ def test_a_noop_query_is_answered_from_the_snapshot_and_only_then(tmp_path: Path
 
 def test_only_the_run_that_marked_a_layer_completes_it(tmp_path):
     args = {"name": "cuda", "state_dir": str(tmp_path), "layers": ["preflight", "cuda"]}
-    assert run_module("layer_state", dict(args, state="building", run="run-a"))["_rc"] == 0
-    other = run_module("layer_state", dict(args, state="present", run="run-b", version="1"))
+    assert state(tmp_path, **dict(args, state="building", run="run-a"))["_rc"] == 0
+    other = state(tmp_path, **dict(args, state="present", run="run-b", version="1"))
     assert other["_rc"] != 0 and "marked building by run run-a, not by this run (run-b)" in other["msg"]
     assert json.loads((tmp_path / "cuda.json").read_text())["status"] == "building"
-    assert run_module("layer_state", dict(args, state="present", run="run-a", version="1"))["_rc"] == 0
+    assert state(tmp_path, **dict(args, state="present", run="run-a", version="1"))["_rc"] == 0
     assert json.loads((tmp_path / "cuda.json").read_text())["status"] == "complete"
 
 
@@ -426,3 +463,266 @@ def test_a_run_without_the_lock_changes_no_layer(tmp_path):
     lock.write_text(json.dumps({"id": "run-a"}))
     assert module(tmp_path, **dict(args, state="building"))["_rc"] == 0
     assert json.loads((tmp_path / "layers/cuda.json").read_text())["run"] == "run-a"
+
+
+# -- the module in this process: each branch of main() and its helpers, in milliseconds ------------
+
+
+def test_parse_rebuild_takes_false_blanks_and_all_among_others():
+    assert ls.parse_rebuild(False, LAYERS) == set()
+    assert ls.parse_rebuild([" cuda ", "", "  "], LAYERS) == {"cuda"}
+    assert ls.parse_rebuild("cudnn,all", LAYERS) == set(LAYERS)
+    with pytest.raises(
+        ValueError, match=r"unknown layer\(s\) a, b; valid names are preflight, cuda, cudnn, apex, or 'all'"
+    ):
+        ls.parse_rebuild("b,a,cuda", LAYERS)
+
+
+def test_read_state_refuses_what_is_not_a_record(tmp_path):
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert ls.read_state(str(tmp_path / "list.json")) == {"status": "unreadable"}
+    assert ls.read_state(str(tmp_path)) == {"status": "unreadable"}  # a directory: OSError
+    (tmp_path / "ok.json").write_text('{"status": "complete"}')
+    assert ls.read_state(str(tmp_path / "ok.json")) == {"status": "complete"}
+
+
+def test_file_facts_stat_links_and_directories_themselves(tmp_path):
+    (tmp_path / "file").write_text("abc")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    paths = [str(tmp_path / name) for name in ("file", "dir", "link", "gone")]
+    facts = ls.file_facts(paths)
+    assert facts[paths[0]][:2] == ["file", 3]
+    assert facts[paths[1]][0] == "dir"
+    assert facts[paths[2]][0] == "link" and facts[paths[2]][1] == len(str(tmp_path / "file"))
+    assert facts[paths[3]] is None
+    assert facts[paths[0]][2] == (tmp_path / "file").lstat().st_mtime_ns
+
+
+def test_the_fingerprint_changes_with_every_input():
+    base = ls.new_fingerprint("cuda", {"v": 1}, {"a": "x"}, "2026-12-01T00:00:00Z")
+    assert len(base) == 16 and int(base, 16) >= 0
+    assert base == ls.new_fingerprint("cuda", {"v": 1}, {"a": "x"}, "2026-12-01T00:00:00Z")
+    for other in (
+        ("cudnn", {"v": 1}, {"a": "x"}, "2026-12-01T00:00:00Z"),
+        ("cuda", {"v": 2}, {"a": "x"}, "2026-12-01T00:00:00Z"),
+        ("cuda", {"v": 1}, {"a": "y"}, "2026-12-01T00:00:00Z"),
+        ("cuda", {"v": 1}, {"a": "x"}, "2026-12-01T00:00:01Z"),
+    ):
+        assert ls.new_fingerprint(*other) != base, other
+
+
+def test_a_snapshot_holds_each_record_and_the_stale_files_of_complete_ones(tmp_path):
+    marker = tmp_path / "marker"
+    marker.write_text("x")
+    state(tmp_path, name="cuda", state="present", inputs={"v": 1}, files=[str(marker)])
+    state(tmp_path, name="cudnn", state="building", run="run-a")
+    (tmp_path / "layers" / "apex.json").write_text('{"status": "complete", "files": ["not", "a", "dict"]}')
+    marker.write_text("xyz")
+    before = time.time()
+    snap = ls.snapshot(str(tmp_path / "layers"), LAYERS, "run-a")
+    assert snap["run"] == "run-a" and snap["state_dir"] == str(tmp_path / "layers")
+    assert before - 1 <= snap["host_time"] <= time.time() + 1
+    assert sorted(snap["records"]) == ["apex", "cuda", "cudnn"]
+    assert snap["stale"] == {"cuda": [str(marker)]}
+    result = state(tmp_path, state="snapshot", run="run-a")
+    assert result["changed"] is False and result["ansible_facts"]["stack_layer_snapshot"]["stale"] == snap["stale"]
+
+
+def test_a_query_answers_from_the_record(tmp_path):
+    first = state(tmp_path, name="cuda", inputs={"v": 1})
+    assert (first["build"], first["rebuild"], first["probe"], first["reason"]) == (True, False, True, "absent")
+    assert first["changed"] is False and first["previous"] == {} and first["fingerprint"] == ""
+    assert first["path"] == str(tmp_path / "layers" / "cuda.json")
+    assert sorted(first["ansible_facts"]) == ["stack_layer_cuda_started"]
+    state(tmp_path, name="cuda", state="building", run="run-a")
+    marked = state(tmp_path, name="cuda", inputs={"v": 1})
+    assert (marked["build"], marked["rebuild"], marked["reason"]) == (True, True, "incomplete")
+    assert sorted(marked["ansible_facts"]) == ["stack_layer_cuda_started"]  # building is not complete
+    done = state(tmp_path, name="cuda", state="present", run="run-a", inputs={"v": 1}, version="11.8")
+    again = state(tmp_path, name="cuda", inputs={"v": 1})
+    assert again["fingerprint"] == done["fingerprint"] and len(done["fingerprint"]) == 16
+    assert again["ansible_facts"]["stack_layer_cuda"] == {"version": "11.8", "outcome": "unchanged"}
+    assert again["changed_files"] == [] and not again["probe"]
+
+
+def test_a_rebuild_request_and_a_required_layer_s_record(tmp_path):
+    state(tmp_path, name="cuda", state="present", version="11.8", details={"k": "v"}, inputs={"v": 1})
+    cuda = record(tmp_path)
+    state(tmp_path, name="cudnn", state="present", requires=["cuda"], inputs={"v": 1})
+    found = state(tmp_path, name="cudnn", requires=["cuda"], inputs={"v": 1}, rebuild="cuda")
+    assert found["reason"] == "unchanged"
+    assert found["required"] == {"cuda": {key: cuda[key] for key in ("version", "details", "fingerprint", "built_at")}}
+    asked = state(tmp_path, name="cudnn", requires=["cuda"], inputs={"v": 1}, rebuild=["cudnn"])
+    assert (asked["build"], asked["rebuild"], asked["reason"]) == (True, True, "requested")
+    assert record(tmp_path, "cudnn")["requires"] == {"cuda": cuda["fingerprint"]}
+
+
+def test_bad_requests_fail_naming_what_is_wrong(tmp_path):
+    unknown = state(tmp_path, name="cuda", requires=["cdua", "apex"])
+    assert unknown["_rc"] == 1
+    assert unknown["msg"] == "layer_state: unknown layer(s) cdua; known layers: preflight, cuda, cudnn, apex"
+    bad = state(tmp_path, name="cuda", rebuild="nope")
+    assert bad["_rc"] == 1 and bad["msg"].endswith("or 'all'. Example: -e rebuild=cuda,cudnn")
+    verify = state(tmp_path, name="cuda", verify="nope")
+    assert verify["_rc"] == 1 and verify["msg"].startswith("verify names unknown layer(s) nope")
+    assert verify["msg"].endswith("Example: -e verify=all")
+    missing = state(tmp_path, name="cudnn", requires=["cuda", "preflight"], state="present")
+    assert missing["_rc"] == 1
+    assert missing["msg"] == (
+        "the cudnn layer needs the cuda, preflight layer(s), which this host has not completed (no complete "
+        "record in %s). Build them first, for example: --tags cuda,preflight,cudnn" % (tmp_path / "layers")
+    )
+    # Marking a layer building needs nothing below it yet.
+    assert state(tmp_path, name="cudnn", requires=["cuda"], state="building")["_rc"] == 0
+
+
+@pytest.mark.parametrize(
+    "request_, probed", [(False, False), ("no", False), ("false", False), ("TRUE", True), ("yes", True)]
+)
+def test_verify_as_a_boolean(tmp_path, request_, probed):
+    state(tmp_path, name="cuda", state="present", inputs={"v": 1})
+    assert state(tmp_path, name="cuda", inputs={"v": 1}, verify=request_)["probe"] is probed
+
+
+def test_marking_building_twice_changes_nothing_and_check_mode_writes_nothing(tmp_path):
+    looked = state(tmp_path, name="cuda", state="building", run="run-a", _ansible_check_mode=True)
+    assert looked["changed"] and not (tmp_path / "layers").exists()
+    assert state(tmp_path, name="cuda", state="building", run="run-a")["changed"]
+    assert record(tmp_path) == {"name": "cuda", "status": "building", "run": "run-a"}
+    assert state(tmp_path, name="cuda", state="building", run="run-a")["changed"] is False
+    # No run id: the record keeps the one it had.
+    assert state(tmp_path, name="cuda", state="building")["changed"] is False
+    assert record(tmp_path)["run"] == "run-a"
+    shown = state(tmp_path, name="cuda", state="building", run="run-b", _ansible_diff=True)
+    assert shown["diff"]["after"] == (tmp_path / "layers" / "cuda.json").read_text()
+    assert shown["diff"]["before_header"] == shown["diff"]["after_header"] == str(tmp_path / "layers" / "cuda.json")
+    assert "diff" not in state(tmp_path, name="cuda", state="building", run="run-c")
+
+
+def test_the_record_a_build_writes(tmp_path):
+    marker = tmp_path / "marker"
+    marker.write_text("x")
+    state(tmp_path, name="cuda", state="building", run="run-a", step="pip")
+    done = state(
+        tmp_path,
+        name="cuda",
+        state="present",
+        run="run-a",
+        version="11.8.89",
+        inputs={"v": 1},
+        details={"b": [1, 2], "a": "x"},
+        files=[str(marker), str(marker)],
+    )
+    written = record(tmp_path)
+    assert sorted(written) == [
+        "built_at",
+        "details",
+        "files",
+        "fingerprint",
+        "format",
+        "inputs",
+        "name",
+        "requires",
+        "status",
+        "version",
+    ]
+    assert (written["format"], written["name"], written["status"], written["version"]) == (
+        1,
+        "cuda",
+        "complete",
+        "11.8.89",
+    )
+    assert written["inputs"] == {"v": 1} and written["requires"] == {} and written["details"] == {"a": "x", "b": [1, 2]}
+    assert written["files"] == {str(marker): ["file", 1, marker.lstat().st_mtime_ns]}
+    assert len(written["built_at"]) == 20 and written["built_at"].endswith("Z")
+    assert done["fingerprint"] == written["fingerprint"]
+    assert (tmp_path / "layers" / "cuda.json").read_text() == json.dumps(written, indent=2, sort_keys=True) + "\n"
+    assert ((tmp_path / "layers" / "cuda.json").stat().st_mode & 0o777) == 0o644
+    fact = done["ansible_facts"]["stack_layer_cuda"]
+    assert fact["outcome"] == "built" and fact["version"] == "11.8.89" and fact["finished"] <= time.time() + 1
+    # The same inputs, nothing built: unchanged, and the fact says so; a rebuild says rebuilt.
+    same = state(
+        tmp_path, name="cuda", state="present", version="11.8.89", inputs={"v": 1}, built=False, files=[str(marker)]
+    )
+    assert same["changed"] is False and same["ansible_facts"]["stack_layer_cuda"]["outcome"] == "unchanged"
+    rebuilt = state(tmp_path, name="cuda", state="present", version="11.8.89", inputs={"v": 1}, files=[str(marker)])
+    assert rebuilt["ansible_facts"]["stack_layer_cuda"]["outcome"] == "rebuilt"
+    # Not built, but from other inputs: a new record all the same (nothing to keep from the old one).
+    other = state(tmp_path, name="cuda", state="present", version="12", inputs={"v": 2}, built=False)
+    assert other["changed"] and record(tmp_path)["inputs"] == {"v": 2} and record(tmp_path)["version"] == "12"
+    assert other["ansible_facts"]["stack_layer_cuda"]["outcome"] == "unchanged"
+
+
+def test_completing_a_layer_another_run_marked_fails_and_a_run_without_an_id_may(tmp_path):
+    state(tmp_path, name="cuda", state="building", run="run-a")
+    other = state(tmp_path, name="cuda", state="present", run="run-b", inputs={"v": 1})
+    assert other["_rc"] == 1 and other["msg"].startswith("layer cuda was marked building by run run-a, not by this run")
+    assert record(tmp_path)["status"] == "building"
+    assert state(tmp_path, name="cuda", state="present", inputs={"v": 1})["_rc"] == 0
+    assert record(tmp_path)["status"] == "complete"
+    # A complete record names no run: any run may record the layer again.
+    assert state(tmp_path, name="cuda", state="present", run="run-b", inputs={"v": 1})["_rc"] == 0
+
+
+def test_check_mode_present_reports_and_writes_nothing(tmp_path):
+    looked = state(tmp_path, name="cuda", state="present", inputs={"v": 1}, _ansible_check_mode=True)
+    assert looked["changed"] and not (tmp_path / "layers").exists()
+    shown = state(tmp_path, name="cuda", state="present", inputs={"v": 1}, _ansible_check_mode=True, _ansible_diff=True)
+    assert shown["diff"]["before"] == "{}\n" and json.loads(shown["diff"]["after"])["status"] == "complete"
+    assert not (tmp_path / "layers").exists()
+
+
+def test_the_times_the_summary_reads_are_rounded_to_what_it_prints(tmp_path, monkeypatch):
+    monkeypatch.setattr(ls.time, "time", lambda: 1796191815.84567)
+    assert state(tmp_path, name="cuda")["ansible_facts"]["stack_layer_cuda_started"] == 1796191815.85
+    done = state(tmp_path, name="cuda", state="present", inputs={"v": 1}, version="1")
+    assert done["ansible_facts"]["stack_layer_cuda"]["finished"] == 1796191815.85
+    assert ls.snapshot(str(tmp_path / "layers"), LAYERS, "run-a")["host_time"] == 1796191815.846
+
+
+def test_the_fingerprint_does_not_depend_on_key_order():
+    one = ls.new_fingerprint("cuda", {"a": 1, "b": {"c": 2, "d": 3}}, {"x": "1", "y": "2"}, "t")
+    other = ls.new_fingerprint("cuda", {"b": {"d": 3, "c": 2}, "a": 1}, {"y": "2", "x": "1"}, "t")
+    assert one == other
+
+
+def test_the_state_directory_and_the_layer_list_are_required(tmp_path):
+    for missing in ("state_dir", "layers"):
+        args = {"name": "cuda", "state_dir": str(tmp_path), "layers": LAYERS}
+        del args[missing]
+        out = io.StringIO()
+        with patch_module_args(args), contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+            ls.main()
+        assert done.value.code == 1
+        assert json.loads(out.getvalue())["msg"] == "missing required arguments: %s" % missing
+
+
+def test_a_lock_refusal_names_the_layer_or_the_records(tmp_path):
+    lock = str(tmp_path / "run.lock")
+    named = state(tmp_path, name="cuda", run="run-a", lock_file=lock)
+    assert named["_rc"] == 1 and named["msg"].startswith("layer cuda: this run (run-a) does not hold")
+    snap = state(tmp_path, state="snapshot", run="run-a", lock_file=lock)
+    assert snap["_rc"] == 1 and snap["msg"].startswith("layer records: this run (run-a) does not hold")
+
+
+def test_an_unknown_verify_name_is_said_in_verify_s_words_only(tmp_path):
+    layers = ["prebuild", "cuda"]
+    bad = state(tmp_path, name="cuda", layers=layers, verify="nope")
+    assert (
+        bad["msg"]
+        == "verify names unknown layer(s) nope; valid names are prebuild, cuda, or 'all'. Example: -e verify=all"
+    )
+
+
+def test_a_query_looks_at_the_recorded_files_and_at_the_ones_it_names_now(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.write_text("x")
+    new.write_text("y")
+    state(tmp_path, name="cuda", state="present", inputs={"v": 1}, files=[str(old)])
+    # A file the layer names now but never recorded: looked at.
+    assert state(tmp_path, name="cuda", inputs={"v": 1}, files=[str(old), str(new)])["changed_files"] == [str(new)]
+    # A recorded file the call no longer names: still looked at.
+    old.write_text("changed")
+    stale = state(tmp_path, name="cuda", inputs={"v": 1})
+    assert stale["changed_files"] == [str(old)] and stale["reason"] == "files_changed"

@@ -539,3 +539,310 @@ def test_end_to_end_through_ansible(verl_041_pristine: Path, verl_041: Path, tmp
     reverted = host_result(ansible(verl_041, tmp_path, "state=absent"))
     assert reverted["changed"] is True
     assert tree_state(verl_041) == pristine
+
+
+# ---------------------------------------------------------------- guards a bad catalog entry meets
+
+
+def broken_catalog(monkeypatch: pytest.MonkeyPatch, replacement: str) -> None:
+    """The 0.4.1 catalog with one extra fix whose replacement is `replacement`, at the HF rollout's
+    bf16 autocast line."""
+    anchor = "        with param_ctx, torch.autocast(device_type=get_device_name(), dtype=torch.bfloat16):\n"
+    extra = {"name": "broken", "edits": [{"file": HF, "anchor": anchor, "replacement": replacement}]}
+    catalog = [fix for fix in CATALOG["0.4.1"] if fix["name"] != "no_bf16_autocast"] + [extra]
+    monkeypatch.setattr(vp, "CATALOG", {"0.4.1": catalog})
+
+
+def test_a_fix_that_breaks_the_syntax_is_refused_and_nothing_is_written(verl_041: Path, monkeypatch):
+    broken_catalog(monkeypatch, "        with param_ctx torch.autocast(:\n")
+    before = tree_state(verl_041)
+    with pytest.raises(vp.PatchError) as refusal:
+        vp.run(str(verl_041))
+    message = str(refusal.value)
+    assert message.startswith("Catalog error: %s would not compile after patching (" % HF)
+    assert "Nothing was written. Fix module_utils/verl_fixes.py." in message
+    assert tree_state(verl_041) == before
+
+
+def test_the_compile_check_judges_against_the_pristine_file():
+    vp.check_compiles("ok.py", "x = 1\n", "x = 2\n")
+    with pytest.raises(vp.PatchError, match=r"bad.py would not compile after patching \(.*, line 1\)"):
+        vp.check_compiles("bad.py", "x = 1\n", "x = (\n")
+    # Syntax this Python cannot read in the pristine file too (a newer verl's): not the fix's fault.
+    vp.check_compiles("new.py", "match x\n  case\n", "match y\n  case\n")
+    # verl's files are compiled as verl's, not with this module's own __future__ imports (annotations
+    # would refuse a yield in an annotation, which plain Python accepts).
+    yield_annotation = "def g():\n    def f(x: (yield)): pass\n"
+    vp.check_compiles("y.py", "x = 1\n", yield_annotation)
+    with pytest.raises(vp.PatchError, match="y.py would not compile"):
+        vp.check_compiles("y.py", yield_annotation, "x = (\n")
+
+
+def test_changed_lines_skips_the_anchor_s_unchanged_context():
+    assert vp.changed_lines("a\nb\nc\n", "a\nB\nc\n") == (1, "b\n", "B\n")
+    assert vp.changed_lines("a\nb\nc\n", "a\nB\nC\n") == (1, "b\nc\n", "B\nC\n")
+    assert vp.changed_lines("a\nb\nc\n", "A\nb\nc\n") == (0, "a\n", "A\n")
+    assert vp.changed_lines("a\nb\n", "a\nx\ny\nb\n") == (1, "", "x\ny\n")
+    assert vp.changed_lines("a\nb\n", "a\nb\n") == (2, "", "")
+    assert vp.changed_lines("a\n", "b\n") == (0, "a\n", "b\n")
+    # A repeated line is counted once, from the head: the tail never reaches into it.
+    assert vp.changed_lines("a\n", "a\na\n") == (1, "", "a\n")
+
+
+def test_the_state_directory_keeps_itself_out_of_git(verl_041: Path):
+    vp.run(str(verl_041))
+    ignore = verl_041 / vp.STATE_DIR / ".gitignore"
+    assert ignore.read_bytes() == b"# Written by verl_patch: originals and record of the P40 fixes.\n*\n"
+    # A later run leaves it as it is.
+    ignore.write_text("*\n# mine\n")
+    vp.run(str(verl_041), fixes=["no_prefix_caching"])
+    assert ignore.read_text() == "*\n# mine\n"
+
+
+def test_a_leftover_copy_the_record_does_not_vouch_for_is_replaced(verl_041_pristine: Path, verl_041: Path):
+    # An interrupted first run may have left a copy of an original before writing its record.
+    kept = Path(vp.original_path(str(verl_041), HF))
+    kept.parent.mkdir(parents=True)
+    kept.write_text("not the original\n")
+    vp.run(str(verl_041))
+    assert kept.read_bytes() == (verl_041_pristine / HF).read_bytes()
+    vp.run(str(verl_041), state="absent")
+    assert tree_state(verl_041) == tree_state(verl_041_pristine)
+
+
+def test_a_catalog_entry_that_reaches_a_protected_file_is_refused():
+    def fix(path: str) -> dict:
+        return {"name": "bad", "edits": [{"file": "verl/trainer/main_ppo.py"}, {"file": path}]}
+
+    for path in ("verl/utils/torch_dtypes.py", "verl/third_party/vllm/x.py", "verl/utils/megatron/a/b.py"):
+        with pytest.raises(vp.PatchError, match="Catalog error: fix bad edits %s, which verl_patch must never" % path):
+            vp.check_protected([fix(path)])
+    vp.check_protected([fix("verl/utils/torch_dtypes_extra.py"), fix("verl/third_party_x.py")])
+
+
+def test_a_damaged_or_missing_kept_original_stops_the_run(verl_041: Path):
+    vp.run(str(verl_041))
+    kept = Path(vp.original_path(str(verl_041), HF))
+    good = kept.read_bytes()
+    kept.write_bytes(good + b"# damaged\n")
+    before = tree_state(verl_041)
+    for state in ("present", "absent"):
+        with pytest.raises(vp.PatchError, match="The kept original of %s .* is missing or damaged" % HF):
+            vp.run(str(verl_041), state=state)
+    assert tree_state(verl_041) == before
+    kept.unlink()
+    with pytest.raises(vp.PatchError, match="missing or damaged"):
+        vp.run(str(verl_041), state="absent")
+    kept.write_bytes(good)
+    assert vp.run(str(verl_041), state="absent")["changed"] is True
+
+
+def test_a_run_stopped_before_its_final_record_is_finished_by_the_next(verl_041: Path, monkeypatch):
+    real_write = vp.write_atomic
+    records = []
+
+    def fail_final_record(path: str, data: bytes) -> None:
+        if path.endswith(vp.RECORD_FILE):
+            records.append(path)
+            if len(records) == 2:
+                raise OSError(28, "No space left on device", path)
+        real_write(path, data)
+
+    monkeypatch.setattr(vp, "write_atomic", fail_final_record)
+    with pytest.raises(OSError):
+        vp.run(str(verl_041))
+    monkeypatch.setattr(vp, "write_atomic", real_write)
+    record_file = verl_041 / vp.STATE_DIR / vp.RECORD_FILE
+    # Every file is written; the record still holds each one's content before the run.
+    assert all("previous_sha256" in entry for entry in json.loads(record_file.read_text())["files"].values())
+    assert vp.run(str(verl_041))["changed"] is True
+    assert not any("previous_sha256" in entry for entry in json.loads(record_file.read_text())["files"].values())
+    assert vp.run(str(verl_041))["changed"] is False
+
+
+def test_no_diff_unless_asked_for(verl_041: Path):
+    result = vp.run(str(verl_041), check_mode=True)
+    assert "diff" not in result and result["changed"] is True
+    assert result["record"] == str(verl_041 / vp.STATE_DIR / vp.RECORD_FILE)
+
+
+def test_check_mode_through_the_module_writes_nothing(verl_041: Path, capsys: pytest.CaptureFixture):
+    from ansible.module_utils.testing import patch_module_args
+
+    before = tree_state(verl_041)
+    with patch_module_args({"path": str(verl_041), "_ansible_check_mode": True}), pytest.raises(SystemExit) as done:
+        vp.main()
+    result = json.loads(capsys.readouterr().out)
+    assert done.value.code == 0 and result["changed"] is True and "skipped" not in result
+    assert sorted(result["changed_files"]) == TOUCHED
+    assert tree_state(verl_041) == before
+
+
+def test_every_anchor_problem_is_reported_at_once():
+    fixes = [
+        {
+            "name": "one",
+            "edits": [{"file": "gone.py", "anchor": "a", "replacement": "b"}, {"file": "x.py", "anchor": "zz"}],
+        },
+        {"name": "two", "edits": [{"file": "x.py", "anchor": "q", "replacement": "r"}, {"file": "gone2.py"}]},
+    ]
+    with pytest.raises(vp.PatchError) as refusal:
+        vp.patch_texts({"x.py": "q q\n"}, fixes, {}, "0.4.1")
+    problems = str(refusal.value).split("\n  ")[1:]
+    assert [line.split("\n")[0] for line in problems] == [
+        "one: gone.py does not exist",
+        "one: x.py: anchor matched 0 times, expected exactly once",
+        "two: x.py: anchor matched 2 times, expected exactly once",
+        "two: gone2.py does not exist",
+    ]
+
+
+def test_pristine_bytes_skips_missing_files_and_reads_the_rest(tmp_path: Path):
+    (tmp_path / "b.py").write_bytes(b"b\n")
+    (tmp_path / "d.py").write_bytes(b"d\n")
+    assert vp.pristine_bytes(str(tmp_path), None, "0.4.1", ["a.py", "b.py", "c.py", "d.py"]) == {
+        "b.py": b"b\n",
+        "d.py": b"d\n",
+    }
+
+
+def test_the_final_record_lists_only_the_files_a_fix_changes():
+    plan = {
+        "version": "0.4.1",
+        "fixes": ["f"],
+        "params": {},
+        "applied": [],
+        "pristine": {"a.py": b"same", "b.py": b"old"},
+        "desired": {"a.py": b"same", "b.py": b"new"},
+        "current": {"a.py": b"same", "b.py": b"old"},
+    }
+    final = vp.new_record(plan, with_previous=False)
+    assert final["files"] == {"b.py": {"original_sha256": vp.sha256(b"old"), "patched_sha256": vp.sha256(b"new")}}
+    during = vp.new_record(plan, with_previous=True)
+    assert sorted(during["files"]) == ["a.py", "b.py"]
+    assert during["files"]["b.py"]["previous_sha256"] == vp.sha256(b"old")
+
+
+def test_a_record_that_is_not_json_or_of_another_format_is_refused(verl_041: Path):
+    record = verl_041 / vp.STATE_DIR / vp.RECORD_FILE
+    record.parent.mkdir()
+    record.write_text("{half")
+    with pytest.raises(vp.PatchError, match="record.json is not valid JSON"):
+        vp.run(str(verl_041))
+    record.write_text('{"format": 99}')
+    with pytest.raises(vp.PatchError, match="has format 99; this module reads format 1"):
+        vp.run(str(verl_041))
+    # Format 1 is what hosts hold: the records earlier versions wrote must still be read.
+    record.unlink()
+    vp.run(str(verl_041))
+    assert json.loads(record.read_text())["format"] == 1
+
+
+def test_a_target_file_that_is_not_utf8_is_refused(verl_041: Path):
+    (verl_041 / HF).write_bytes((verl_041 / HF).read_bytes() + b"# \xff\n")
+    before = tree_state(verl_041)
+    with pytest.raises(vp.PatchError, match="%s is not UTF-8 text" % HF):
+        vp.run(str(verl_041))
+    assert tree_state(verl_041) == before
+
+
+def test_a_write_that_fails_names_the_path_through_the_module(verl_041: Path, capsys: pytest.CaptureFixture):
+    from ansible.module_utils.testing import patch_module_args
+
+    (verl_041 / vp.STATE_DIR).write_text("a file where the state directory goes\n")
+    with patch_module_args({"path": str(verl_041)}), pytest.raises(SystemExit) as done:
+        vp.main()
+    result = json.loads(capsys.readouterr().out)
+    assert done.value.code == 1
+    assert result["msg"].startswith("verl_patch could not read or write %s" % (verl_041 / vp.STATE_DIR))
+    assert "writable by the user the task runs as (become)" in result["msg"]
+
+
+def test_the_applied_line_counts_every_newline_before_the_anchor():
+    fix = {"name": "f", "edits": [{"file": "x.py", "anchor": "a = 1\nb = 2\n", "replacement": "a = 1\nb = 3\n"}]}
+    patched, applied = vp.patch_texts(
+        {"x.py": "\n# c\na = 1\nb = 2\n"}, [fix], {"attn_implementation": "eager"}, "0.4.1"
+    )
+    assert patched == {"x.py": "\n# c\na = 1\nb = 3\n"}
+    assert applied == [
+        {"fix": "f", "file": "x.py", "line": 4, "patched_line": 4, "before": "b = 2\n", "after": "b = 3\n"}
+    ]
+
+
+def test_the_record_is_written_indented_for_a_reader(verl_041: Path, monkeypatch):
+    record = verl_041 / vp.STATE_DIR / vp.RECORD_FILE
+    first = []
+    real_write = vp.write_atomic
+    monkeypatch.setattr(
+        vp,
+        "write_atomic",
+        lambda path, data: (first.append(data) if path == str(record) else None) or real_write(path, data),
+    )
+    vp.run(str(verl_041))
+    for text in (first[0].decode(), record.read_text()):
+        assert text == json.dumps(json.loads(text), indent=2) + "\n"
+
+
+def test_edits_may_touch_but_not_overlap():
+    params = {"attn_implementation": "eager"}
+
+    def fix(*anchors: str) -> dict:
+        return {"name": "f", "edits": [{"file": "x.py", "anchor": a, "replacement": a.upper()} for a in anchors]}
+
+    patched, applied = vp.patch_texts({"x.py": "ab\ncd\nef\n"}, [fix("ab\n", "cd\n")], params, "0.4.1")
+    assert patched == {"x.py": "AB\nCD\nef\n"} and [entry["line"] for entry in applied] == [1, 2]
+    with pytest.raises(vp.PatchError, match="Catalog error: two edits in x.py overlap \\(at fix f\\)"):
+        vp.patch_texts({"x.py": "ab\ncd\nef\n"}, [fix("ab\ncd\n", "cd\nef\n")], params, "0.4.1")
+
+
+def test_only_the_options_a_selected_fix_uses_are_recorded(verl_041: Path):
+    record = verl_041 / vp.STATE_DIR / vp.RECORD_FILE
+    vp.run(str(verl_041), fixes=["no_prefix_caching"])
+    assert json.loads(record.read_text())["options"] == {}
+    # An option no selected fix uses changes nothing.
+    assert vp.run(str(verl_041), fixes=["no_prefix_caching"], attn_implementation="sdpa")["changed"] is False
+    vp.run(str(verl_041))
+    assert json.loads(record.read_text())["options"] == {"attn_implementation": "eager"}
+
+
+def test_a_record_of_another_verl_version_is_refused(verl_041: Path):
+    vp.run(str(verl_041))
+    record = verl_041 / vp.STATE_DIR / vp.RECORD_FILE
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps(dict(data, verl_version="0.3.0")))
+    with pytest.raises(vp.PatchError, match="was written for verl 0.3.0 but the tree is now verl 0.4.1"):
+        vp.run(str(verl_041))
+
+
+def test_a_recorded_file_that_is_gone_is_named(verl_041: Path):
+    vp.run(str(verl_041))
+    (verl_041 / HF).unlink()
+    with pytest.raises(vp.PatchError, match="%s, touched by verl_patch before, no longer exists" % HF):
+        vp.run(str(verl_041), state="absent")
+
+
+def test_a_run_refuses_a_catalog_that_reaches_a_protected_file(verl_041: Path, monkeypatch):
+    dtypes = "verl/utils/torch_dtypes.py"
+    anchor = text(verl_041, dtypes).splitlines(keepends=True)[0]
+    extra = {"name": "bad", "edits": [{"file": dtypes, "anchor": anchor, "replacement": "# verl_p40_patch: bad\n"}]}
+    monkeypatch.setattr(vp, "CATALOG", {"0.4.1": CATALOG["0.4.1"] + [extra]})
+    before = tree_state(verl_041)
+    with pytest.raises(vp.PatchError, match="Catalog error: fix bad edits %s" % dtypes):
+        vp.run(str(verl_041))
+    assert tree_state(verl_041) == before
+
+
+def test_the_applied_list_is_in_catalog_order_then_file_then_line(verl_041: Path):
+    applied = vp.run(str(verl_041))["applied"]
+    keys = [(ALL_FIXES.index(entry["fix"]), entry["file"], entry["line"]) for entry in applied]
+    assert keys == sorted(keys) and len(keys) == len(EXPECTED_SITES)
+    assert [entry["fix"] for entry in applied][0] == ALL_FIXES[0]
+
+
+def test_the_module_needs_a_path(capsys: pytest.CaptureFixture):
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args({"state": "absent"}), pytest.raises(SystemExit) as done:
+        vp.main()
+    result = json.loads(capsys.readouterr().out)
+    assert done.value.code == 1 and result["msg"] == "missing required arguments: path"
