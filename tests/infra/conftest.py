@@ -124,24 +124,32 @@ class TrainingUser:
     with "Permission denied". Root's own files (the records in /var/lib/verl-p40, the caches,
     CUDA) are read as root, as before.
 
-    testinfra's sudo (sudo -u USER /bin/sh -c COMMAND: the conda layer installs sudo) works on
-    every backend: as root over podman or SSH, and nested in the sudo of an ansible backend
-    with become.
+    The command runs through runuser (util-linux, on every Debian and Ubuntu host) as root, with
+    the user's HOME, USER and LOGNAME. Not testinfra's host.sudo: sudo prints "unable to resolve
+    host NAME" on stderr wherever the hostname is not in /etc/hosts (a Molecule container on the
+    host's network), and the tests read stderr (pip check's). Root runs the tests on every backend
+    (podman, SSH as root, an ansible backend with become), so runuser needs no password.
     """
 
     def __init__(self, host, name: str) -> None:
         self.host = host
         self.name = name
+        self.home = host.user(name).home
+
+    def _wrap(self, command: str, *args: str) -> tuple:
+        inner = self.host.backend.quote(command, *args)
+        return (
+            "runuser -u %s -- env HOME=%s USER=%s LOGNAME=%s /bin/sh -c %s",
+            self.name, self.home, self.name, self.name, inner,
+        )
 
     def run(self, command: str, *args: str):
         """host.run as the training user: a CommandResult (rc, stdout, stderr)."""
-        with self.host.sudo(self.name):
-            return self.host.run(command, *args)
+        return self.host.run(*self._wrap(command, *args))
 
     def check_output(self, command: str, *args: str) -> str:
         """host.check_output as the training user: stdout without its last newline; fails unless exit 0."""
-        with self.host.sudo(self.name):
-            return self.host.check_output(command, *args)
+        return self.host.check_output(*self._wrap(command, *args))
 
     def read(self, path: str) -> str:
         """The content of a file in the user's trees, read with that user's rights."""

@@ -37,7 +37,7 @@ def test_torch_is_the_wheel_its_sha256_pins(host, training_user, stack):
         url = json.loads(found.stdout)["url"]
         assert url.startswith("file://" + wheel_dir + "/torch-") and url.endswith(".whl"), url
     else:
-        # No such file, not a cat (or a sudo) that did not run.
+        # No such file, not a cat (or a runuser) that did not run.
         assert found.rc != 0 and "No such file" in found.stderr, found.stdout + found.stderr
     assert not host.file(wheel_dir).exists
 
