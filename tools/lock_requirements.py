@@ -20,7 +20,8 @@ alone says how it resolves:
 
 `lock:` lines are uv's options (a set for Python 3.11 and newer takes --universal --python-version
 3.11). --exclude-newer is required: uv then ignores every file uploaded after that moment, so the
-same input resolves to the same lock on any later day; move the date to take newer releases.
+same input resolves to the same lock on any later day; move the date to take newer releases,
+to a day a week or two back (a mirror of the index can list a release days after its upload).
 `lock-leave-out:` names packages another step installs: the lock leaves them out, with every package
 only they need (the env's set leaves out torch, which the torch layer installs from the PyTorch
 index, and so torch's CUDA wheels), and its header says so.
