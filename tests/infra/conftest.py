@@ -140,7 +140,11 @@ class TrainingUser:
         inner = self.host.backend.quote(command, *args)
         return (
             "runuser -u %s -- env HOME=%s USER=%s LOGNAME=%s /bin/sh -c %s",
-            self.name, self.home, self.name, self.name, inner,
+            self.name,
+            self.home,
+            self.name,
+            self.name,
+            inner,
         )
 
     def run(self, command: str, *args: str):
