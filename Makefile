@@ -10,6 +10,8 @@ PY_STANDINS := $(CACHE)/standins-python
 # starts one for every lane: the mirror's URL is part of what a host records of its layers, so the
 # fault tests' hosts, started from the default scenario's image, must see the URL it was built with).
 MIRROR = $(if $(VERL_P40_MIRROR_URL),,$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) --dir $(PY_STANDINS) --)
+# The host's PATH, without the venv's bin: where make setup looks for a Python to build the venv with.
+HOST_PATH := $(PATH)
 export PATH := $(BIN):$(PATH)
 export CONTAINERS_CONF := $(CACHE)/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -31,12 +33,22 @@ FAULTS = $(BIN)/python -m pytest -v --dist loadscope --durations=15
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
+# The control venv's Python: ansible-core 2.19 needs 3.11 and requirements.txt is locked for 3.11 to
+# 3.13, but Ubuntu 20.04/22.04 and Debian 11 ship 3.8/3.10/3.9. tools/setup_python.py (standard
+# library, runs on the system's python3 from 3.8 on) prints the first of PYTHON, python3.11,
+# python3.12, python3.13 that has its venv module; PYTHON given on the command line is the only one
+# tried. Else, SETUP_UV=auto (yes: even where the host has one; no: never) gets CPython
+# SETUP_PYTHON_VERSION with uv: the uv of requirements.txt, its wheel checked against the lock's
+# hashes, `uv python install` (from GitHub; UV_PYTHON_INSTALL_MIRROR). Else it stops with the steps.
+SETUP_UV ?= auto
+SETUP_PYTHON_VERSION ?= 3.12
+SETUP_PYTHON = env PATH="$(HOST_PATH)" python3 tools/setup_python.py --python '$(PYTHON)' $(if $(filter command line,$(origin PYTHON)),--only) --uv '$(SETUP_UV)' --uv-python '$(SETUP_PYTHON_VERSION)' --cache '$(CACHE)/setup'
+
 # The venv is its lock and nothing else: made anew (--clear), requirements.txt installed with
 # --require-hashes, then the collections requirements.yml names, unpacked from the hash-locked
-# `ansible` bundle wheel (tools/install_collections.py). ansible-core 2.19 needs Python 3.11+.
-$(VENV)/.installed: requirements.txt requirements-collections.txt requirements.yml tools/install_collections.py
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make setup: $(PYTHON) is older than Python 3.11, which ansible-core 2.19 needs; give one: make setup PYTHON=python3.11" >&2; exit 1; }
-	$(PYTHON) -m venv --clear $(VENV)
+# `ansible` bundle wheel (tools/install_collections.py).
+$(VENV)/.installed: requirements.txt requirements-collections.txt requirements.yml tools/install_collections.py tools/setup_python.py
+	@python=$$($(SETUP_PYTHON)) && echo "$$python -m venv --clear $(VENV)" && "$$python" -m venv --clear $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.txt
 	$(BIN)/python tools/install_collections.py
 	touch $@

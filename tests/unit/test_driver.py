@@ -1,0 +1,356 @@
+"""filter_plugins/driver.py: the driver layer's decisions, before any of it is wired.
+
+The PCI id table against pci.ids (the committed excerpt, and the host's own file where there is
+one), a fake /sys tree and lspci output, the branch and flavour from the architectures, the
+decision for driver_install auto/never/always, and the plans per OS and driver_source.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+ROOT = Path(__file__).resolve().parents[2]
+EXCERPT = Path(__file__).resolve().parent / "samples" / "pci.ids" / "nvidia-2023.04.10.ids"
+
+_spec = importlib.util.spec_from_file_location("driver_filters", ROOT / "filter_plugins" / "driver.py")
+driver = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(driver)
+
+UBUNTU = {"distribution": "Ubuntu", "version": "22.04", "kernel": "5.15.0-91-generic"}
+DEBIAN = {"distribution": "Debian", "version": "12.8", "kernel": "6.1.0-28-amd64"}
+RUNFILE = {
+    "version": "580.105.08",
+    "file": "NVIDIA-Linux-x86_64-580.105.08.run",
+    "url": "https://us.download.nvidia.com/tesla/580.105.08/NVIDIA-Linux-x86_64-580.105.08.run",
+    "sha256": "0" * 64,
+}
+
+
+def nvidia_section(text: str) -> dict[int, str]:
+    """device id -> name, from the NVIDIA vendor block of a pci.ids file."""
+    found, inside = {}, False
+    for line in text.splitlines():
+        if re.match(r"^[0-9a-f]{4}  ", line):
+            inside = line.startswith("10de  ")
+        elif inside:
+            match = re.match(r"^\t([0-9a-f]{4})  (.*)$", line)
+            if match:
+                found[int(match.group(1), 16)] = match.group(2)
+    return found
+
+
+def cards(*devices: int) -> list[dict]:
+    return [dict(driver.gpu_arch(device), address="0000:%02x:00.0" % n) for n, device in enumerate(devices, 1)]
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def test_every_id_is_pci_ids_own_entry():
+    excerpt = nvidia_section(EXCERPT.read_text())
+    assert "Version: 2023.04.10" in EXCERPT.read_text()
+    assert driver.NVIDIA_GPUS == excerpt
+    for path in (Path("/usr/share/misc/pci.ids"), Path("/usr/share/hwdata/pci.ids")):
+        if path.is_file():  # a newer pci.ids may rename a card, never move an id to another chip
+            system = nvidia_section(path.read_text(errors="replace"))
+            for device, name in driver.NVIDIA_GPUS.items():
+                assert system[device][:2] == name[:2], (hex(device), name, system[device])
+
+
+def test_the_table_holds_every_gpu_of_those_chips_and_nothing_else():
+    for name in driver.NVIDIA_GPUS.values():
+        assert name[:2] in driver.CHIP_ARCH
+        assert not re.search(r"audio|usb|ucsi", name, re.I), name
+
+
+@pytest.mark.parametrize(
+    ("device", "arch", "name"),
+    [
+        (0x1B38, "pascal", "Tesla P40"),
+        (0x15F7, "pascal", "Tesla P100 PCIe 12GB"),
+        (0x15F8, "pascal", "Tesla P100 PCIe 16GB"),
+        (0x15F9, "pascal", "Tesla P100 SXM2 16GB"),
+        (0x1BB3, "pascal", "Tesla P4"),
+        (0x1BB4, "pascal", "Tesla P6"),
+        (0x1B39, "pascal", "Tesla P10"),
+        (0x15F0, "pascal", "Quadro GP100"),
+        (0x1B00, "pascal", "TITAN X"),
+        (0x1B02, "pascal", "TITAN Xp"),
+        (0x1B06, "pascal", "GeForce GTX 1080 Ti"),
+        (0x1B80, "pascal", "GeForce GTX 1080"),
+        (0x1B81, "pascal", "GeForce GTX 1070"),
+        (0x1B82, "pascal", "GeForce GTX 1070 Ti"),
+        (0x1B83, "pascal", "GeForce GTX 1060 6GB"),
+        (0x1C03, "pascal", "GeForce GTX 1060 6GB"),
+        (0x1C81, "pascal", "GeForce GTX 1050"),
+        (0x1C82, "pascal", "GeForce GTX 1050 Ti"),
+        (0x1D01, "pascal", "GeForce GT 1030"),
+        (0x1DB1, "volta", "Tesla V100 SXM2 16GB"),
+        (0x1DB4, "volta", "Tesla V100 PCIe 16GB"),
+        (0x1DB5, "volta", "Tesla V100 SXM2 32GB"),
+        (0x1DB6, "volta", "Tesla V100 PCIe 32GB"),
+        (0x1DF6, "volta", "Tesla V100S PCIe 32GB"),
+        (0x1D81, "volta", "TITAN V"),
+        (0x1EB8, "turing", "Tesla T4"),
+        (0x1E37, "turing", "Tesla T10 16GB"),
+        (0x1E38, "turing", "Tesla T40 24GB"),
+        (0x1E30, "turing", "Quadro RTX 6000/8000"),
+        (0x1E04, "turing", "GeForce RTX 2080 Ti"),
+        (0x2184, "turing", "GeForce GTX 1660"),
+        (0x17FD, "maxwell", "Tesla M40"),
+        (0x13F2, "maxwell", "Tesla M60"),
+        (0x102D, "kepler", "Tesla K80"),
+    ],
+)
+def test_data_center_cards_and_the_gtx_10_family_map_to_their_architecture(device, arch, name):
+    entry = driver.gpu_arch(device)
+    assert entry["arch"] == arch and name in entry["name"], entry
+    assert entry["id"] == "10de:%04x" % device
+
+
+def test_every_pascal_volta_turing_data_center_card_and_gtx_10xx_is_in_the_table():
+    names = {name: device for device, name in driver.NVIDIA_GPUS.items()}
+    tesla = [name for name in names if re.search(r"\[Tesla [PVT]\d", name)]
+    assert len(tesla) >= 17, tesla
+    for name, device in names.items():
+        if re.search(r"Tesla [PVT]\d|GTX 10[5-8]0|GP100GL|GV100GL|TU10[24]GL", name):
+            assert driver.gpu_arch(device)["arch"] in ("pascal", "volta", "turing"), name
+    gtx10 = sorted(name for name in names if re.search(r"GeForce GTX 10[5-8]0", name))
+    assert all(name.startswith("GP1") for name in gtx10), gtx10
+
+
+def test_an_unknown_id_is_reported_not_guessed():
+    entry = driver.gpu_arch(0x2330)  # an H100: Hopper, not in the table
+    assert entry == {"id": "10de:2330", "device": 0x2330, "name": "unknown", "arch": None}
+    choice = driver.driver_choice(cards(0x2330))
+    assert choice["unknown"] == ["10de:2330"]
+    assert "10de:2330 is not in the driver layer's table" in choice["problems"][0]
+    # Beside a known card: the known card decides, the unknown one is still named.
+    mixed = driver.driver_choice(cards(0x1B38, 0x2330))
+    assert mixed["branch"] == 580 and mixed["unknown"] == ["10de:2330"] and not mixed["problems"]
+    assert not mixed["open_allowed"]
+
+
+# --- the bus -------------------------------------------------------------------------------------
+
+
+def fake_device(root: Path, address: str, vendor: str, device: str, pci_class: str, bound: str | None = None) -> None:
+    path = root / "sys" / "bus" / "pci" / "devices" / address
+    path.mkdir(parents=True)
+    (path / "vendor").write_text(vendor + "\n")
+    (path / "device").write_text(device + "\n")
+    (path / "class").write_text(pci_class + "\n")
+    if bound:
+        target = root / "sys" / "bus" / "pci" / "drivers" / bound
+        target.mkdir(parents=True, exist_ok=True)
+        (path / "driver").symlink_to(target)
+
+
+def test_sysfs_lists_the_nvidia_display_devices(tmp_path: Path):
+    fake_device(tmp_path, "0000:03:00.0", "0x10de", "0x1b38", "0x030200", bound="nouveau")
+    fake_device(tmp_path, "0000:04:00.0", "0x10de", "0x2330", "0x030200")
+    fake_device(tmp_path, "0000:05:00.0", "0x10de", "0x1c82", "0x030000", bound="nvidia")
+    fake_device(tmp_path, "0000:05:00.1", "0x10de", "0x0fb9", "0x040300")  # the card's audio function
+    fake_device(tmp_path, "0000:00:02.0", "0x8086", "0x3e92", "0x030000")  # an Intel GPU
+    found = driver.sysfs_gpus(str(tmp_path))
+    assert [(gpu["address"], gpu["id"], gpu["arch"], gpu["driver"]) for gpu in found] == [
+        ("0000:03:00.0", "10de:1b38", "pascal", "nouveau"),
+        ("0000:04:00.0", "10de:2330", None, None),
+        ("0000:05:00.0", "10de:1c82", "pascal", "nvidia"),
+    ]
+    assert found[0]["name"] == "GP102GL [Tesla P40]" and found[0]["class"] == "0x030200"
+    assert driver.sysfs_gpus(str(tmp_path / "none")) == []
+
+
+def test_lspci_output_gives_the_same_list():
+    text = (
+        "0000:00:02.0 VGA compatible controller [0300]: Intel Corporation UHD Graphics 630 [8086:3e92]\n"
+        "0000:03:00.0 3D controller [0302]: NVIDIA Corporation GP102GL [Tesla P40] [10de:1b38] (rev a1)\n"
+        "04:00.0 VGA compatible controller [0300]: NVIDIA Corporation TU104GL [Tesla T4] [10de:1eb8] (rev a1)\n"
+        "04:00.1 Audio device [0403]: NVIDIA Corporation TU104 HD Audio Controller [10de:10f8] (rev a1)\n"
+    )
+    found = driver.lspci_gpus(text)
+    assert [(gpu["address"], gpu["arch"], gpu["class"]) for gpu in found] == [
+        ("0000:03:00.0", "pascal", "0x030200"),
+        ("0000:04:00.0", "turing", "0x030000"),
+    ]
+
+
+# --- branch and flavour --------------------------------------------------------------------------
+
+
+def test_pascal_with_turing_takes_r580_proprietary():
+    choice = driver.driver_choice(cards(0x1B38, 0x1EB8))
+    assert (choice["branch"], choice["flavour"], choice["limit"]) == (580, "proprietary", 580)
+    assert choice["archs"] == ["pascal", "turing"] and not choice["open_allowed"] and not choice["problems"]
+    refused = driver.driver_choice(cards(0x1B38, 0x1EB8), branch=590)
+    assert "driver_branch 590: R580 is the last branch for Pascal cards (GP102GL [Tesla P40]" in refused["problems"][0]
+    opened = driver.driver_choice(cards(0x1B38, 0x1EB8), flavour="open")
+    assert "open kernel modules need Turing or newer" in opened["problems"][0]
+
+
+def test_turing_alone_allows_a_newer_branch_and_the_open_flavour():
+    choice = driver.driver_choice(cards(0x1EB8, 0x1EB8), branch=590, flavour="open")
+    assert (choice["branch"], choice["flavour"], choice["limit"]) == (590, "open", None)
+    assert choice["open_allowed"] and not choice["problems"]
+    assert driver.driver_choice(cards(0x1EB8))["flavour"] == "proprietary"  # auto stays on the tested path
+
+
+def test_maxwell_and_volta_end_at_r580_and_kepler_is_refused():
+    assert driver.driver_choice(cards(0x17FD, 0x1DB4))["limit"] == 580
+    kepler = driver.driver_choice(cards(0x102D))
+    assert "Kepler cards have no driver newer than R470" in kepler["problems"][0]
+    assert "CUDA 11.8 needs 520.61.05" in kepler["problems"][0]
+    assert "CUDA 11.8 needs" in driver.driver_choice(cards(0x1B38), branch=515)["problems"][0]
+
+
+# --- the decision --------------------------------------------------------------------------------
+
+
+def test_a_present_590_driver_with_a_p40_is_replaced():
+    decision = driver.driver_decision(cards(0x1B38), {"version": "590.44.01", "working": True}, "auto", UBUNTU)
+    assert decision["action"] == "install"
+    assert (
+        decision["reason"]
+        == "driver 590.44.01 cannot drive GP102GL [Tesla P40] (10de:1b38): R580 is the last branch for Pascal"
+    )
+    assert decision["plan"]["branch"] == 580
+
+
+def test_a_working_580_is_left_alone_under_auto_and_replaced_under_always():
+    present = {"version": "580.105.08", "working": True, "flavour": "proprietary"}
+    kept = driver.driver_decision(cards(0x1B38), present, "auto", DEBIAN)
+    assert kept["action"] == "keep" and kept["message"] == ""
+    # a working, suitable 535 too: auto does not move a driver that drives every card
+    assert (
+        driver.driver_decision(cards(0x1B38), {"version": "535.261.03", "working": True}, "auto", UBUNTU)["action"]
+        == "keep"
+    )
+    always = driver.driver_decision(cards(0x1B38), present, "always", UBUNTU)
+    assert always["action"] == "install" and "driver_install: always" in always["reason"]
+
+
+@pytest.mark.parametrize(
+    ("present", "why"),
+    [
+        (None, "no NVIDIA driver is installed"),
+        ({"version": "470.256.02", "working": True}, "older than the 520.61.05 CUDA 11.8 needs"),
+        ({"version": "580.105.08", "working": False}, "installed but does not work"),
+        ({"version": "580.105.08", "working": True, "flavour": "open"}, "open kernel modules"),
+    ],
+)
+def test_auto_installs_where_no_working_suitable_driver_is(present, why):
+    decision = driver.driver_decision(cards(0x1B38), present, "auto", UBUNTU)
+    assert decision["action"] == "install" and why in decision["reason"]
+
+
+def test_never_stops_with_the_exact_steps():
+    decision = driver.driver_decision(cards(0x1B38), None, "never", UBUNTU)
+    assert decision["action"] == "stop"
+    message = decision["message"]
+    assert message.startswith("driver_install: never, and no NVIDIA driver is installed. Install R580 (proprietary")
+    assert "run the same command again" in message
+    assert (
+        "sudo apt-get install -y linux-modules-nvidia-580-server-5.15.0-91-generic nvidia-headless-no-dkms-580-server"
+        in message
+    )
+    assert "sudo apt-mark hold " in message and "sudo update-initramfs -u" in message
+    assert "blacklist nouveau" in message
+    # never keeps a suitable driver without a word
+    assert (
+        driver.driver_decision(cards(0x1B38), {"version": "580.1.2", "working": True}, "never", UBUNTU)["action"]
+        == "keep"
+    )
+
+
+def test_no_gpu_no_decision_and_a_bad_mode_is_refused():
+    assert driver.driver_decision([], None, "auto", UBUNTU)["action"] == "none"
+    with pytest.raises(AnsibleFilterError, match="driver_install 'sometimes'"):
+        driver.driver_decision(cards(0x1B38), None, "sometimes", UBUNTU)
+
+
+# --- the plans -----------------------------------------------------------------------------------
+
+
+def test_ubuntu_takes_its_r580_server_packages_prebuilt_where_they_exist():
+    plan = driver.driver_plan(UBUNTU)
+    assert (plan["source"], plan["method"], plan["modules"]) == ("distro", "apt", "prebuilt")
+    assert plan["packages"] == [
+        "linux-modules-nvidia-580-server-5.15.0-91-generic",
+        "nvidia-headless-no-dkms-580-server",
+        "nvidia-utils-580-server",
+    ]
+    assert plan["hold"] == plan["packages"] and not plan["problems"]
+    assert not any("open" in name for name in plan["packages"])
+    dkms = driver.driver_plan(UBUNTU, prebuilt=False)
+    assert dkms["modules"] == "dkms"
+    assert dkms["packages"][:2] == ["linux-headers-5.15.0-91-generic", "nvidia-dkms-580-server"]
+    assert "linux-headers-5.15.0-91-generic" not in dkms["hold"]
+    opened = driver.driver_plan(UBUNTU, flavour="open")
+    assert "nvidia-utils-580-server-open" in opened["packages"]
+    # Ubuntu 20.04: no R580 modules from Canonical; NVIDIA's runfile by default
+    assert driver.driver_plan(dict(UBUNTU, version="20.04"), runfile=RUNFILE)["method"] == "runfile"
+
+
+def test_debian_takes_nvidias_runfile_by_default():
+    plan = driver.driver_plan(DEBIAN, runfile=RUNFILE)
+    assert (plan["source"], plan["method"], plan["modules"]) == ("runfile", "runfile", "dkms")
+    assert plan["packages"][0] == "linux-headers-6.1.0-28-amd64"
+    assert plan["runfile"]["args"] == ["--silent", "--dkms", "-m=kernel"]
+    assert plan["runfile"]["artifact"] == "nvidia_driver_runfile" and not plan["problems"]
+    assert "sudo sh ./NVIDIA-Linux-x86_64-580.105.08.run --silent --dkms -m=kernel" in plan["steps"]
+    assert plan["nouveau"] == {
+        "path": "/etc/modprobe.d/verl-p40-nouveau.conf",
+        "text": "blacklist nouveau\noptions nouveau modeset=0\n",
+    }
+    assert plan["initramfs"] == ["update-initramfs", "-u"]
+    unpinned = driver.driver_plan(DEBIAN)
+    assert "nvidia_driver_runfile" in unpinned["problems"][0] and "not pinned yet" in unpinned["problems"][0]
+    other = driver.driver_plan(DEBIAN, branch=580, runfile=dict(RUNFILE, version="570.1.2"))
+    assert "the pinned runfile" in other["problems"][0]
+
+
+def test_debian_distro_packages_are_535_on_12_550_on_13_and_refused_on_11():
+    twelve = driver.driver_plan(DEBIAN, source="distro")
+    assert (twelve["method"], twelve["branch"]) == ("apt", 535)
+    assert twelve["packages"] == ["linux-headers-6.1.0-28-amd64", "nvidia-kernel-dkms", "nvidia-smi", "libcuda1"]
+    assert twelve["hold"] == ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"] and not twelve["problems"]
+    assert driver.driver_plan(dict(DEBIAN, version="13"), source="distro")["branch"] == 550
+    eleven = driver.driver_plan(dict(DEBIAN, version="11.11"), source="distro")
+    assert "Debian 11's non-free driver is R470" in eleven["problems"][0]
+    wrong = driver.driver_plan(DEBIAN, source="distro", requested=580)
+    assert "Debian 12's non-free packages are R535" in wrong["problems"][0]
+    decision = driver.driver_decision(cards(0x1B38), None, "auto", DEBIAN, source="distro")
+    assert decision["action"] == "install" and decision["choice"]["branch"] == 535
+
+
+def test_an_unknown_os_is_refused():
+    plan = driver.driver_plan({"distribution": "Fedora", "version": "40", "kernel": "6.8.5"})
+    assert "not fedora 40" in plan["problems"][0]
+    decision = driver.driver_decision(
+        cards(0x1B38), None, "auto", {"distribution": "Fedora", "version": "40", "kernel": "x"}
+    )
+    assert decision["action"] == "stop"
+
+
+# --- after the install ---------------------------------------------------------------------------
+
+
+def test_nouveau_or_another_module_loaded_needs_a_reboot():
+    bound = [dict(cards(0x1B38)[0], driver="nouveau")]
+    stop = driver.driver_after_install(bound, None, "580.105.08", reboot=False)
+    assert stop["action"] == "stop"
+    assert stop["message"] == (
+        "driver 580.105.08 is installed, but nouveau drives 0000:01:00.0: reboot, then run the same command"
+        " again (or set driver_reboot: true)."
+    )
+    assert driver.driver_after_install(bound, None, "580.105.08", reboot=True)["action"] == "reboot"
+    old = driver.driver_after_install(cards(0x1B38), "590.44.01", "580.105.08")
+    assert old["action"] == "stop" and "nvidia module 590.44.01 loaded" in old["message"]
+    assert driver.driver_after_install(cards(0x1B38), None, "580.105.08")["action"] == "load"
+    assert driver.driver_after_install(cards(0x1B38), "580.105.08", "580.105.08")["action"] == "none"
