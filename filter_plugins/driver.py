@@ -14,7 +14,7 @@ Plain functions (tests/unit/test_driver.py calls them without Ansible), exposed 
 - ``driver_plan(os, source, branch, flavour, ...)``: the packages or the runfile, the kernel
   headers, the hold, nouveau's blacklist, per OS and ``driver_source``.
 
-Facts behind the tables (../shared/STACK.md, "NVIDIA drivers for Pascal"): R580 is the last branch
+Facts behind the tables (NVIDIA's deprecation schedule and data-center driver guide): R580 is the last branch
 for Maxwell, Pascal and Volta (a 590 driver does not see a P40); the open kernel modules need the
 GSP of Turing and newer; since R560 NVIDIA defaults to the open flavour, so a Pascal host asks for
 the proprietary one (runfile ``-m=kernel``; packages without ``-open``). CUDA 11.8, the stack's,
@@ -515,7 +515,7 @@ NVIDIA_GPUS: dict[int, str] = {
 CHIP_ARCH = {"GK": "kepler", "GM": "maxwell", "GP": "pascal", "GV": "volta", "TU": "turing"}
 ARCHS = ("kepler", "maxwell", "pascal", "volta", "turing")
 # The newest driver branch that still drives each architecture; None: no end announced. R580 is the
-# last for Maxwell, Pascal and Volta (STACK.md); R470 was the last for Kepler (NVIDIA's support notice
+# last for Maxwell, Pascal and Volta (NVIDIA's deprecation schedule); R470 was the last for Kepler (NVIDIA's support notice
 # of 2021), which leaves Kepler below what CUDA 11.8 needs.
 LAST_BRANCH: dict[str, int | None] = {"kepler": 470, "maxwell": 580, "pascal": 580, "volta": 580, "turing": None}
 # The open kernel modules need the GSP: Turing and newer.
@@ -525,7 +525,7 @@ CUDA_MIN_DRIVER = (520, 61, 5)
 # The branch the project's plans install (Ubuntu's -server packages, NVIDIA's runfile): auto takes it,
 # or the cards' last branch where that is older.
 PROJECT_BRANCH = 580
-# Debian's non-free driver per release (STACK.md: bookworm nvidia-driver 535.261.03, trixie 550.163.01;
+# Debian's non-free driver per release (Debian's archive: bookworm nvidia-driver 535.261.03, trixie 550.163.01;
 # bullseye's is R470, older than CUDA 11.8 needs).
 DEBIAN_DISTRO_BRANCH = {"11": 470, "12": 535, "13": 550}
 SUPPORTED_OS = {"ubuntu": ("20.04", "22.04", "24.04"), "debian": ("11", "12", "13")}
