@@ -11,7 +11,9 @@ Ansible variable to change. The rules (verl 0.4.1):
 - ``train_batch_size >= ppo_mini_batch_size``;
 - for the actor, and the critic under GAE: the per-GPU mini-batch
   ``ppo_mini_batch_size * rollout.n // world_size`` is at least 1 and a multiple of
-  the role's ``ppo_micro_batch_size_per_gpu`` (the profile's micro-batch).
+  the role's ``ppo_micro_batch_size_per_gpu`` (the profile's micro-batch; with the HF
+  rollout filter_plugins/memory.py picks divisors, so only a knob pinned in
+  train_memory_fixed can break it).
 
 ``roles/train/files/validate_overrides.py`` checks the same on the host against the
 composed config, overrides on train.sh's command line included.
@@ -35,8 +37,13 @@ def gpu_batch_problems(
     micro_batch_size_per_gpu: dict[str, int],
     critic: bool = True,
     profile: str = "",
+    micro_source: str = "",
 ) -> list[str]:
-    """What verl would refuse about these batch sizes on ``n_gpus`` GPUs, naming the variable to change."""
+    """What verl would refuse about these batch sizes on ``n_gpus`` GPUs, naming the variable to change.
+
+    ``micro_source`` names where the micro-batches were set (e.g. train_memory_fixed, whose
+    pinned knobs the memory plan keeps) when not the profile's micro_batch_size_per_gpu.
+    """
     batch, mini, n, gpus = int(train_batch_size), int(ppo_mini_batch_size), int(rollout_n), int(n_gpus)
     if gpus < 1:
         return [f"{GPUS} is {gpus}; it must be at least 1"]
@@ -56,7 +63,11 @@ def gpu_batch_problems(
         # The smallest mini-batch that gives every GPU a whole number of micro-batches.
         step = gpus * micro // gcd(n, gpus * micro)
         where = (
-            f"stack_gpu_profiles.{profile}.micro_batch_size_per_gpu.{role}" if profile else f"the {role} micro-batch"
+            f"{micro_source}.{role}"
+            if micro_source
+            else f"stack_gpu_profiles.{profile}.micro_batch_size_per_gpu.{role}"
+            if profile
+            else f"the {role} micro-batch"
         )
         if per_gpu < 1:
             problems.append(

@@ -275,6 +275,48 @@ VERL_0_4_1 = [
             },
         ],
     },
+    {
+        "name": "hf_rollout_lora_wrap",
+        "what": (
+            "Keep verl's LoRA wrap policy on the HF rollout path: with a LoRA adapter the actor is no "
+            "longer wrapped as one FSDP unit."
+        ),
+        "reason": (
+            "With actor_rollout_ref.rollout.name=hf, fsdp_workers.py:306-308 drops the auto-wrap policy, so "
+            "the whole actor becomes one FSDP (v1) FlatParameter. With LoRA (model.lora_rank > 0) that "
+            "parameter mixes frozen base weights and trainable adapter weights: with use_orig_params=False, "
+            'which 0.4.1 hard-codes, FSDP refuses it at init ("Must flatten tensors with uniform '
+            'requires_grad"); with use_orig_params=True edited in, the first backward allocates a gradient '
+            "for the whole flat parameter, the size of every fp32 weight of the model (5.89 GiB for "
+            "Qwen2.5-1.5B with a rank-32 adapter, measured on the H200 under a 22 GiB cap). The policy "
+            "verl builds for LoRA (get_fsdp_wrap_policy(is_lora=True): every leaf module whose weight "
+            "requires grad in its own unit, decoder layers in theirs) gives each FlatParameter a uniform "
+            "requires_grad, so the frozen ones get no gradient at all. The policy was dropped for the HF "
+            "rollout because nested FSDP units could hang generate() on several GPUs (its TODO names "
+            "Gemma); transformers' generate() syncs the GPUs itself when the model is FSDP-managed on more "
+            "than one (synced_gpus, transformers 4.51), and on one GPU FSDP runs NO_SHARD with no "
+            "collectives. Without LoRA nothing changes."
+        ),
+        "preferred_config": (
+            "actor_rollout_ref.actor.fsdp_config.wrap_policy: read by get_fsdp_wrap_policy, but on the HF "
+            "rollout path its result is replaced by None right after, whatever the config says."
+        ),
+        "edits": [
+            {
+                "file": "verl/workers/fsdp_workers.py",
+                "anchor": (
+                    '        if self._is_rollout and self.config.rollout.name == "hf":\n'
+                    "            # TODO(zhangchi.usc1992, shengguangming) fix me. Current, auto_wrap_policy causes HFRollout to hang in Gemma\n"
+                    "            auto_wrap_policy = None\n"
+                ),
+                "replacement": (
+                    '        if self._is_rollout and self.config.rollout.name == "hf" and not self._is_lora:  # verl_p40_patch: hf_rollout_lora_wrap\n'
+                    "            # TODO(zhangchi.usc1992, shengguangming) fix me. Current, auto_wrap_policy causes HFRollout to hang in Gemma\n"
+                    "            auto_wrap_policy = None\n"
+                ),
+            },
+        ],
+    },
 ]
 
 # verl version string (as in VERSION_FILE) -> the fixes checked against it.

@@ -3,6 +3,8 @@
 
     python3 tests/gpu/make_tiny_model.py --out DIR                 # tiny: 2 layers, hidden 128
     python3 tests/gpu/make_tiny_model.py --out DIR --qwen05b-arch  # Qwen2.5-0.5B-Instruct's shapes
+    python3 tests/gpu/make_tiny_model.py --out DIR --arch Qwen2.5-1.5B-Instruct
+        # any entry of roles/stack/defaults/main/model_architectures.yml (1.5B, 3B)
 
 Unlike tests/fixtures/tiny_model.py (a layout stand-in that nothing loads),
 this is a real model: transformers loads it, generates with it and trains it.
@@ -121,14 +123,41 @@ def train_tokenizer(vocab_size: int, rows: int):
     )
 
 
-def build(out: Path, qwen05b_arch: bool, vocab_size: int, rows: int, seed: int) -> dict:
+def published_shapes(name: str) -> dict:
+    """An entry of the stack's model_architectures.yml as Qwen2Config keywords (Qwen2.5's published shapes)."""
+    import yaml
+
+    path = REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml"
+    entry = yaml.safe_load(path.read_text())["stack_model_architectures"][name]
+    keys = (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+    )
+    return dict(
+        {key: entry[key] for key in keys},
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        max_window_layers=entry["num_hidden_layers"],
+        sliding_window=32768,
+        use_sliding_window=False,
+    )
+
+
+def build(out: Path, qwen05b_arch: bool, vocab_size: int, rows: int, seed: int, arch: str = "") -> dict:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     tokenizer = train_tokenizer(vocab_size, rows)
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    shapes = dict(QWEN25_05B) if qwen05b_arch else dict(TINY, vocab_size=-(-len(tokenizer) // 64) * 64)
+    if arch:
+        shapes = published_shapes(arch)
+    else:
+        shapes = dict(QWEN25_05B) if qwen05b_arch else dict(TINY, vocab_size=-(-len(tokenizer) // 64) * 64)
     config = Qwen2Config(
         **shapes, **COMMON, bos_token_id=pad_id, eos_token_id=eos_id, pad_token_id=pad_id, torch_dtype="float32"
     )
@@ -145,7 +174,7 @@ def build(out: Path, qwen05b_arch: bool, vocab_size: int, rows: int, seed: int) 
     parameters = sum(p.numel() for p in model.parameters())
     summary = {
         "out": str(out),
-        "architecture": "Qwen2.5-0.5B-Instruct" if qwen05b_arch else "tiny Qwen2",
+        "architecture": arch or ("Qwen2.5-0.5B-Instruct" if qwen05b_arch else "tiny Qwen2"),
         "parameters": parameters,
         "dtype": str(next(model.parameters()).dtype),
         "tokenizer_vocab": len(tokenizer),
@@ -193,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Qwen2.5-0.5B-Instruct's exact architecture (random fp32 weights, ~2 GB)",
     )
+    parser.add_argument("--arch", default="", help="an entry of model_architectures.yml (random fp32 weights)")
     parser.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary to train (tokenizer)")
     parser.add_argument("--corpus-rows", type=int, default=512, help="fixture rows per seed to train it on")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    summary = build(args.out, args.qwen05b_arch, args.vocab_size, args.corpus_rows, args.seed)
+    summary = build(args.out, args.qwen05b_arch, args.vocab_size, args.corpus_rows, args.seed, args.arch)
     check(args.out)
     print(json.dumps(summary))
     return 0

@@ -7,6 +7,9 @@
 #   tests/gpu/run_ppo.sh memory   # Qwen2.5-0.5B-Instruct's architecture, pascal batch and
 #                                 # offload settings, every process capped at 24 GiB
 #   tests/gpu/run_ppo.sh all      # both
+#   tests/gpu/run_ppo.sh recipe   # only the original recipe's check (--cfg job)
+#   MEMORY_ARCH=Qwen2.5-1.5B-Instruct MEMORY_VARS="train_preset=qwen15b-grpo-lora" tests/gpu/run_ppo.sh memory
+#                                 # another architecture (model_architectures.yml), rendered with a preset
 #   tests/gpu/run_ppo.sh two-gpu  # two GPUs: smoke and memory with the launcher rendered for two
 #                                 # P40s (n_gpus_per_node=2 from a recorded nvidia-smi), NCCL_DEBUG=INFO,
 #                                 # then 3 steps with NCCL_P2P_DISABLE=1 as on a board without P2P
@@ -45,6 +48,11 @@ DATA=$WORK/data/gsm8k
 SMOKE_STEPS=${SMOKE_STEPS:-12}
 MEMORY_STEPS=${MEMORY_STEPS:-3}
 MEMORY_EXTRA=${MEMORY_EXTRA:-}
+# The memory run's architecture (an entry of roles/stack/defaults/main/model_architectures.yml;
+# the model directory is named after it, as a preset's model check wants) and more
+# tools/render.py --var arguments (space-separated k=v, e.g. train_preset=qwen15b-grpo-lora).
+MEMORY_ARCH=${MEMORY_ARCH:-Qwen2.5-0.5B-Instruct}
+MEMORY_VARS=${MEMORY_VARS:-}
 # Prefix of the memory run's result files in $OUT (memory-kl for a second run with a KL term).
 MEMORY_NAME=${MEMORY_NAME:-memory}
 # 1: the run report also draws its PNG ($OUT/<name>-report.png); $OUT brings back 8 files at most.
@@ -227,21 +235,25 @@ smoke() {
 }
 
 memory() {
-  local name=$MEMORY_NAME model=$WORK/models/qwen05b-arch
-  say "Qwen2.5-0.5B-Instruct architecture, random fp32 weights"
-  [ -f "$model/config.json" ] || python3 tests/gpu/make_tiny_model.py --out "$model" --qwen05b-arch
+  local name=$MEMORY_NAME model=$WORK/models/$MEMORY_ARCH
+  say "$MEMORY_ARCH architecture, random fp32 weights"
+  [ -f "$model/config.json" ] || python3 tests/gpu/make_tiny_model.py --out "$model" --arch "$MEMORY_ARCH"
   make_data "$model"
   local dir=$WORK/$name mem_log=$OUT/$name-calls.jsonl summary=$OUT/$name-summary.txt
   rm -rf "$dir" "$mem_log"
-  # The launcher sizes the HF rollout itself, for this model's config.json and
-  # a card of the cap's size, as the train role does for a host's GPU.
+  local vars=()
+  for kv in $MEMORY_VARS; do vars+=(--var "$kv"); done
+  # The launcher sizes every memory knob itself (filter_plugins/memory.py), for this
+  # model's config.json and a card of the cap's size, as the train role does for a host's GPU.
   render_launcher "$dir" "$model" --model-config "$model/config.json" \
     --gpu-memory-mib "$(python3 -c "import sys; print(int(float(sys.argv[1]) * 1024))" "$CAP_GIB")" \
-    --var "train_extra_env={$QUIET_ENV, PYTHONPATH: '$HOOKS:$SITE', P40_GPU_MEM_GB: '$CAP_GIB', P40_MEM_LOG: '$mem_log'}"
+    --var "train_extra_env={$QUIET_ENV, PYTHONPATH: '$HOOKS:$SITE', P40_GPU_MEM_GB: '$CAP_GIB', P40_MEM_LOG: '$mem_log'}" \
+    ${vars[@]+"${vars[@]}"}
   {
-    echo "== the launcher's HF rollout sizing (train.sh, rendered by tools/render.py)"
+    echo "== the launcher's memory plan (train.sh, rendered by tools/render.py; predictions)"
+    grep -A2 "Sized by filter_plugins/memory.py" "$dir/train.sh"
     grep -A4 "Prompts per generate() call" "$dir/train.sh"
-    env -u PYTHONPATH "$dir/train.sh" --print-overrides | grep -E "rollout.micro_batch_size|val_batch_size"
+    env -u PYTHONPATH "$dir/train.sh" --print-overrides | grep -E "micro_batch_size|val_batch_size|gradient_checkpointing|offload|lora|target_modules|use_kl_loss|adv_estimator|rollout.n=|batch_size="
     echo "== the cap bites: a process with the hook allocates (cap - 1) GiB, then fails at (cap + 1) GiB"
     PYTHONPATH="$HOOKS:$SITE" P40_GPU_MEM_GB=$CAP_GIB python3 -c '
 import os, torch
@@ -269,6 +281,10 @@ except torch.OutOfMemoryError as error:
   python3 tests/gpu/summarize.py memory --log "$OUT/$name-train.log" --mem-log "$mem_log" --smi "$WORK/$name-smi.csv" \
     --cap-gib "$CAP_GIB" --steps "$MEMORY_STEPS" >>"$summary" 2>&1 || true
   echo "train.sh exit status $status" >>"$summary"
+  {
+    echo "== checkpoints written (find -maxdepth 4)"
+    find "$dir/checkpoints" -maxdepth 4 2>/dev/null | sed "s|$dir/||" | sort | head -n 40
+  } >>"$summary" 2>&1 || true
   # The run report users get (train.sh --report), on this log, against the H200's peak.
   local plot=()
   [ "$MEMORY_PLOT" = 1 ] && plot=(--plot "$OUT/$name-report.png")
@@ -284,6 +300,7 @@ setup
 stand_ins
 case $mode in
   smoke) recipe; smoke ;;
+  recipe) recipe ;;
   memory) memory ;;
   all) recipe; smoke; memory ;;
   # Two GPUs (issue: the two-GPU proof): the launcher rendered for two P40s, NCCL's choice logged.
@@ -293,5 +310,5 @@ case $mode in
     MEMORY_NAME=two-gpu-memory GPU_SAMPLE=$TWO_P40 memory
     SMOKE_NAME=two-gpu-no-p2p SMOKE_STEPS=3 GPU_SAMPLE=$TWO_P40 GPU_TOPO=$TWO_P40_NO_P2P smoke ;;
   two-gpu-dry) two_gpu_dry ;;
-  *) echo "usage: run_ppo.sh smoke|memory|all|two-gpu|two-gpu-dry" >&2; exit 2 ;;
+  *) echo "usage: run_ppo.sh smoke|recipe|memory|all|two-gpu|two-gpu-dry" >&2; exit 2 ;;
 esac

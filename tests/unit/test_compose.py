@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, gpu_profile_names
+from test_render import planned
 
 import validate_overrides as vo
 
 PROFILES = gpu_profile_names()
+# What filter_plugins/memory.py picks for the pascal launcher's defaults (Qwen2.5-0.5B-Instruct,
+# PPO, a P40): the micro-batches, checkpointing and optimizer offload the rendered list carries.
+PASCAL_PLAN = planned("Qwen2.5-0.5B-Instruct")
 
 # The seed recipe's launcher, exactly: the original P40 attempt's 30 Hydra overrides in its
 # order (docs/training.md, "The original recipe, line by line"), its paths replaced by the
@@ -108,11 +112,16 @@ def test_pascal_config_is_what_a_p40_needs(verl_041_pristine: Path, rendered_lau
     assert arr.model.override_config._attn_implementation == "eager"
     assert arr.actor.use_torch_compile is False and arr.ref.use_torch_compile is False
     assert arr.model.use_remove_padding is False and cfg.critic.model.use_remove_padding is False
+    # The HF rollout generates with the actor's weights: never offloaded. The rest is the memory plan's.
     assert arr.actor.fsdp_config.param_offload is False
-    assert arr.actor.fsdp_config.optimizer_offload is True
+    assert arr.actor.fsdp_config.optimizer_offload is PASCAL_PLAN["offload"]["actor_optimizer"]
     assert cfg.critic.model.fsdp_config.param_offload is True
-    # Sized by filter_plugins/rollout.py for Qwen2.5-0.5B on a P40: the whole batch of 64 at once.
-    assert arr.rollout.micro_batch_size == cfg.data.val_batch_size == 64
+    assert cfg.critic.model.fsdp_config.optimizer_offload is PASCAL_PLAN["offload"]["critic_optimizer"]
+    assert arr.model.enable_gradient_checkpointing is PASCAL_PLAN["gradient_checkpointing"]["actor"]
+    assert arr.actor.ppo_micro_batch_size_per_gpu == PASCAL_PLAN["micro_batch_size_per_gpu"]["actor"]
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == PASCAL_PLAN["micro_batch_size_per_gpu"]["critic"]
+    # Sized by filter_plugins/memory.py for Qwen2.5-0.5B on a P40: the whole batch of 64 at once.
+    assert arr.rollout.micro_batch_size == cfg.data.val_batch_size == PASCAL_PLAN["rollout_micro_batch_size"] == 64
     assert cfg.trainer.resume_mode == "auto"
     assert cfg.trainer.default_local_dir == "/home/verl/verl-p40/train/checkpoints/gsm8k-gae-pascal"
     assert list(cfg.trainer.logger) == ["console"]
@@ -284,7 +293,11 @@ def test_single_bad_override_is_refused(before: list[str], override: str, verl_0
         (["actor_rollout_ref.actor.fsdp_config.param_offload=true"], "never reloads offloaded ones"),
         # The rollout micro-batch is 64 (sized for 64 a step); 200 would need 3 unequal chunks.
         (["data.train_batch_size=200"], "cannot split 200 prompts per GPU into 3 equal chunks"),
-        (["actor_rollout_ref.actor.ppo_mini_batch_size=6"], "is not a multiple of its micro batch (8)"),
+        # 6 sequences per update against the critic's micro-batch that the memory plan picked.
+        (
+            ["actor_rollout_ref.actor.ppo_mini_batch_size=6"],
+            "is not a multiple of its micro batch (%d)" % PASCAL_PLAN["micro_batch_size_per_gpu"]["critic"],
+        ),
         (["data.train_batch_size=16"], "smaller than actor_rollout_ref.actor.ppo_mini_batch_size=32"),
     ],
 )

@@ -7,6 +7,7 @@ on PATH, and that python3, which records its arguments and environment.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 from conftest import REPO, gpu_profile_names
 
 import render
@@ -31,6 +33,12 @@ MODELS = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model
 TEMPLATES = [render.template_source(src) for src, _ in render.TEMPLATES.values()]
 # Variables the seed recipe set that nothing reads.
 DEAD_VARIABLES = ("VLLM_DTYPE", "TRITON_MAX_SHARED_MEMORY")
+ARCHITECTURES = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml").read_text())
+PRESETS = ARCHITECTURES["stack_train_presets"]
+_memory_spec = importlib.util.spec_from_file_location("memory_filters", REPO / "filter_plugins" / "memory.py")
+memory = importlib.util.module_from_spec(_memory_spec)
+_memory_spec.loader.exec_module(memory)
+MIB = 2**20
 
 
 def profiles() -> dict:
@@ -41,6 +49,73 @@ def profiles() -> dict:
 
 def print_overrides(script: Path, *extra: str) -> list[str]:
     return validate_overrides.overrides_from_script(script, list(extra))
+
+
+def planned(model: str, gpu_memory_mib: int | None = None, **changes) -> dict:
+    """The plan filter_plugins/memory.py gives for what the pascal launcher renders: the train role's
+    defaults (token budgets, batch sizes, algorithm), the profile's margin and CUDA context, and the
+    profile's reference card unless a memory is given; ``changes`` are memory_plan's arguments."""
+    pascal = profiles()["pascal"]
+    train = yaml.safe_load(DEFAULTS.read_text())
+    data = yaml.safe_load((REPO / "roles" / "data" / "defaults" / "main.yml").read_text())
+    cards = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "gpu_profiles.yml").read_text())
+    args = dict(
+        gpu_memory_mib=gpu_memory_mib or cards["stack_gpu_cards"][pascal["reference_card"]]["memory_mib"],
+        prompt_length=data["data_max_prompt_length"],
+        response_length=train["train_max_response_length"],
+        train_batch_size=train["train_batch_size"],
+        ppo_mini_batch_size=train["train_ppo_mini_batch_size"],
+        rollout_n=train["train_rollout_n"],
+        adv_estimator=train["train_adv_estimator"],
+        reference=train["train_use_kl_loss"],
+        lora_rank=train["train_lora_rank"],
+        attn_implementation=pascal["attn_implementation"],
+        memory_margin=pascal["hf_rollout"]["memory_margin"],
+        cuda_context_mib=pascal["hf_rollout"]["cuda_context_mib"],
+    )
+    args.update(changes)
+    return memory.memory_plan(MODELS[model], **args)
+
+
+def memory_overrides(plan: dict) -> set[str]:
+    """The overrides train.sh must carry for a memory plan (templates/train.sh.j2's Memory and Rollout parts)."""
+    micro, ckpt, offload = plan["micro_batch_size_per_gpu"], plan["gradient_checkpointing"], plan["offload"]
+    lower = {True: "true", False: "false"}
+    return {
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro['actor']}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro['log_prob']}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro['log_prob']}",
+        f"critic.ppo_micro_batch_size_per_gpu={micro['critic']}",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={lower[ckpt['actor']]}",
+        f"critic.model.enable_gradient_checkpointing={lower[ckpt['critic']]}",
+        f"actor_rollout_ref.actor.fsdp_config.param_offload={lower[offload['actor_params']]}",
+        f"actor_rollout_ref.actor.fsdp_config.optimizer_offload={lower[offload['actor_optimizer']]}",
+        f"critic.model.fsdp_config.param_offload={lower[offload['critic_params']]}",
+        f"critic.model.fsdp_config.optimizer_offload={lower[offload['critic_optimizer']]}",
+        f"+actor_rollout_ref.rollout.micro_batch_size={plan['rollout_micro_batch_size']}",
+        f"data.val_batch_size={plan['val_batch_size']}",
+    }
+
+
+def header_plan(script: Path) -> dict[str, int]:
+    """What train.sh's header says of its plan: MiB usable and resident, parameters, predicted peaks (MiB)."""
+    text = script.read_text()
+    found = {
+        "usable": int(re.search(r"\((\d+) MiB usable\), \d+ parameters", text).group(1)),
+        "parameters": int(re.search(r"MiB usable\), (\d+) parameters", text).group(1)),
+        "resident": int(re.search(r"# (\d+) MiB resident, about", text).group(1)),
+    }
+    peaks = re.search(
+        r"# rollout (\d+), log-prob (\d+), actor update (\d+)(?:, critic update (\d+), values (\d+))?", text
+    )
+    names = ("rollout", "log_prob", "actor_update", "critic_update", "critic_values")
+    found.update({name: int(value) for name, value in zip(names, peaks.groups()) if value})
+    return found
+
+
+def largest_divisor(number: int, limit: int) -> int:
+    """The HF rollout's documented rule: the largest divisor of the per-GPU batch whose prompts fit."""
+    return max(d for d in range(1, number + 1) if number % d == 0 and d <= limit)
 
 
 # -- the data ----------------------------------------------------------------
@@ -293,6 +368,8 @@ def test_variables_reach_the_override_list(tmp_path: Path):
             "train_model_path": "/models/my model",
             # A model render.py does not know: its config comes as a variable.
             "train_model_config": MODELS["Qwen2.5-1.5B-Instruct"],
+            "train_lora_rank": 32,
+            "train_adv_estimator": "grpo",
             "train_logger": ["console", "tensorboard"],
             "train_extra_overrides": ["actor_rollout_ref.actor.optim.lr=5e-7"],
         },
@@ -386,13 +463,26 @@ def test_tensorboard_s_dependencies_are_all_in_the_env_lock():
 
 
 def test_batch_sizes_are_checked_against_the_gpus_at_render_time(tmp_path: Path):
-    # 8 GPUs: the pascal critic's micro-batch of 8 does not fit 32 / 8 = 4 per GPU. verl would
+    # volta (vLLM): its profile's critic micro-batch of 8 does not fit 32 / 8 = 4 per GPU. verl would
     # stop minutes into the run; the render stops at once, naming the variable and a value.
-    with pytest.raises(Exception, match="set train_ppo_mini_batch_size to a multiple of 64"):
-        render.render("pascal", tmp_path / "a", {"train_n_gpus_per_node": 8})
+    where = r"stack_gpu_profiles\.volta\.micro_batch_size_per_gpu\.critic\): "
+    with pytest.raises(Exception, match=where + "set train_ppo_mini_batch_size to a multiple of 64"):
+        render.render("volta", tmp_path / "a", {"train_n_gpus_per_node": 8})
     assert not (tmp_path / "a" / "train.sh").exists()
-    render.render("pascal", tmp_path / "b", {"train_n_gpus_per_node": 8, "train_ppo_mini_batch_size": 64})
+    render.render("volta", tmp_path / "b", {"train_n_gpus_per_node": 8, "train_ppo_mini_batch_size": 64})
     assert "trainer.n_gpus_per_node=8" in print_overrides(tmp_path / "b" / "train.sh")
+    # pascal (HF rollout): filter_plugins/memory.py picks each micro-batch among the divisors of the
+    # per-GPU mini-batch, so 8 GPUs render, every micro-batch dividing the 4 sequences each GPU gets.
+    render.render("pascal", tmp_path / "c", {"train_n_gpus_per_node": 8})
+    found = dict(item.split("=", 1) for item in print_overrides(tmp_path / "c" / "train.sh"))
+    for key in ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu"):
+        assert 4 % int(found[key]) == 0, key
+    # A micro-batch pinned in train_memory_fixed is checked the same way, naming that variable.
+    with pytest.raises(
+        Exception, match=r"train_memory_fixed\.critic\): set train_ppo_mini_batch_size to a multiple of 64"
+    ):
+        render.render("pascal", tmp_path / "d", {"train_n_gpus_per_node": 8, "train_memory_fixed": {"critic": 8}})
+    assert not (tmp_path / "d" / "train.sh").exists()
 
 
 P40 = {"name": "Tesla P40", "compute_capability": "6.1", "memory_mib": 22919}
@@ -475,20 +565,26 @@ def rollout_overrides(directory: Path) -> tuple[int, int]:
 
 
 def test_rollout_micro_batch_follows_the_model_and_the_card(tmp_path: Path):
-    # 1.5B on a P40: 32 (tests/unit/test_rollout_sizing.py has the arithmetic).
-    render.render("pascal", tmp_path / "a", {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"]})
-    assert rollout_overrides(tmp_path / "a") == (32, 32)
+    # 1.5B trains with LoRA and GRPO on a P40 (full fine-tuning does not fit: the test below).
+    lora = {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"], "train_lora_rank": 32, "train_adv_estimator": "grpo"}
+    plan = planned("Qwen2.5-1.5B-Instruct", lora_rank=32, adv_estimator="grpo")
+    render.render("pascal", tmp_path / "a", lora)
+    assert rollout_overrides(tmp_path / "a") == (plan["rollout_micro_batch_size"], plan["val_batch_size"])
+    # The rule: the largest divisor of the per-GPU batch (64 prompts) whose prompts fit beside the
+    # resident weights; validation in one chunk per GPU.
+    assert plan["rollout_micro_batch_size"] == largest_divisor(64, plan["rollout_fits"])
+    assert plan["val_batch_size"] == plan["rollout_micro_batch_size"]
     # Two GPUs: 32 prompts each, validation in batches of one chunk per GPU.
-    render.render(
-        "pascal", tmp_path / "b", {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"], "train_n_gpus_per_node": 2}
-    )
-    assert rollout_overrides(tmp_path / "b") == (32, 64)
+    two = planned("Qwen2.5-1.5B-Instruct", lora_rank=32, adv_estimator="grpo", n_gpus=2)
+    render.render("pascal", tmp_path / "b", {**lora, "train_n_gpus_per_node": 2})
+    assert rollout_overrides(tmp_path / "b") == (two["rollout_micro_batch_size"], 2 * two["rollout_micro_batch_size"])
+    assert two["rollout_micro_batch_size"] == largest_divisor(32, two["rollout_fits"])
     # The explicit variable wins.
     render.render("pascal", tmp_path / "c", {"train_rollout_micro_batch_size": 16})
     assert rollout_overrides(tmp_path / "c") == (16, 16)
     # The header says where the figure came from.
     text = (tmp_path / "a" / "train.sh").read_text()
-    assert "computed by filter_plugins/rollout.py" in text and "Sized for 22919 MiB" in text
+    assert "computed by filter_plugins/memory.py" in text and "Sized for 22919 MiB" in text
     assert "(train_rollout_micro_batch_size):" in (tmp_path / "c" / "train.sh").read_text()
 
 
@@ -498,42 +594,170 @@ def test_a_host_s_gpus_set_the_memory_and_the_report_s_peak(tmp_path: Path):
         {"index": 0, "name": "Tesla P100-PCIE-16GB", "memory_mib": 16280, "compute_capability": "6.0"},
         {"index": 1, "name": "Tesla P40", "memory_mib": 22919, "compute_capability": "6.1"},
     ]
-    config = {"preflight_gpus": gpus, "train_model_config": MODELS["Qwen2.5-1.5B-Instruct"]}
-    render.render("pascal", tmp_path, {**config, "train_adv_estimator": "grpo"})
+    lora = {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"], "train_lora_rank": 32, "train_adv_estimator": "grpo"}
+    render.render("pascal", tmp_path, {"preflight_gpus": gpus, **lora})
     text = (tmp_path / "train.sh").read_text()
     assert "Sized for 16280 MiB" in text
     assert "--card 'Tesla P100-PCIE-16GB' --peak-tflops 9.34" in text
-    # Both GPUs train (n_gpus_per_node from preflight): 32 prompts each, validation 2 x 32.
+    # Both GPUs train (n_gpus_per_node from preflight), each sized for the smaller card.
     assert "trainer.n_gpus_per_node=2" in print_overrides(tmp_path / "train.sh")
-    assert rollout_overrides(tmp_path) == (32, 64)
+    plan = planned("Qwen2.5-1.5B-Instruct", 16280, lora_rank=32, adv_estimator="grpo", n_gpus=2)
+    assert memory_overrides(plan) <= set(print_overrides(tmp_path / "train.sh"))
+    assert rollout_overrides(tmp_path) == (plan["rollout_micro_batch_size"], 2 * plan["rollout_micro_batch_size"])
 
 
 def test_a_kl_term_counts_the_reference_model(tmp_path: Path):
-    config = {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"], "train_gpu_memory_mib": 24576}
-    render.render("pascal", tmp_path / "a", config)
+    # Full fine-tuning (0.5B, GRPO): a KL term makes verl build a reference model, whose fp32 weights
+    # (4 bytes a parameter) stay on the GPU beside the actor's. train_use_kl_loss, or the key in
+    # train_extra_overrides, counts the same.
+    grpo = {"train_adv_estimator": "grpo"}
+    render.render("pascal", tmp_path / "a", grpo)
+    render.render("pascal", tmp_path / "b", {**grpo, "train_use_kl_loss": True})
     render.render(
-        "pascal", tmp_path / "b", {**config, "train_extra_overrides": ["actor_rollout_ref.actor.use_kl_loss=True"]}
+        "pascal", tmp_path / "c", {**grpo, "train_extra_overrides": ["actor_rollout_ref.actor.use_kl_loss=True"]}
     )
-    assert rollout_overrides(tmp_path / "a") == (32, 32)
-    assert rollout_overrides(tmp_path / "b") == (4, 4)
+    without, with_kl, extra = (header_plan(tmp_path / name / "train.sh") for name in "abc")
+    offload = "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false"
+    assert all(offload in print_overrides(tmp_path / name / "train.sh") for name in "ab")  # the same other terms
+    assert abs((with_kl["resident"] - without["resident"]) - 4 * without["parameters"] / MIB) <= 1
+    assert extra == with_kl
+    assert "actor_rollout_ref.actor.use_kl_loss=true" in print_overrides(tmp_path / "b" / "train.sh")
+    assert "actor_rollout_ref.actor.use_kl_loss=true" not in print_overrides(tmp_path / "a" / "train.sh")
+    for name, reference in (("a", False), ("b", True)):
+        plan = planned("Qwen2.5-0.5B-Instruct", adv_estimator="grpo", reference=reference)
+        assert memory_overrides(plan) <= set(print_overrides(tmp_path / name / "train.sh"))
+        assert header_plan(tmp_path / name / "train.sh")["resident"] == plan["resident_mib"]
+    # With LoRA the reference model is the actor with its adapter off: nothing more stays.
+    lora = {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"], "train_lora_rank": 32, **grpo}
+    render.render("pascal", tmp_path / "d", lora)
+    render.render("pascal", tmp_path / "e", {**lora, "train_use_kl_loss": True})
+    assert header_plan(tmp_path / "d" / "train.sh") == header_plan(tmp_path / "e" / "train.sh")
+    assert "actor_rollout_ref.actor.use_kl_loss=true" in print_overrides(tmp_path / "e" / "train.sh")
 
 
-def test_a_model_that_cannot_fit_stops_the_render(tmp_path: Path):
+@pytest.mark.parametrize("algorithm", ["gae", "grpo"])
+@pytest.mark.parametrize("model", ["Qwen2.5-1.5B-Instruct", "Qwen2.5-3B-Instruct"])
+def test_full_fine_tuning_of_1_5b_and_3b_is_refused_on_one_p40(tmp_path: Path, model: str, algorithm: str):
+    # Every weight trained, on one P40: the memory model says it does not fit, and the render stops
+    # with its message (the term that is too big, the usable memory, and what would fit instead).
     from ansible.errors import AnsibleError
 
-    with pytest.raises(AnsibleError, match="does not fit"):
-        render.render("pascal", tmp_path, {"train_model_config": MODELS["Qwen2.5-3B-Instruct"]})
+    with pytest.raises(AnsibleFilterError) as expected:
+        planned(model, adv_estimator=algorithm)
+    message = str(expected.value)
+    with pytest.raises(AnsibleError) as error:
+        render.render("pascal", tmp_path, {"train_model_config": MODELS[model], "train_adv_estimator": algorithm})
+    assert message in str(error.value)
+    assert not (tmp_path / "train.sh").exists()
+    assert "The run does not fit 1 GPU(s) of 22919 MiB" in message
+    # The term: 3B PPO's two resident models (actor and critic) alone exceed the card; otherwise the
+    # actor's optimizer step (5 copies of every fp32 weight).
+    if (model, algorithm) == ("Qwen2.5-3B-Instruct", "gae"):
+        assert "The weights verl keeps on the GPU alone (the actor's weights" in message
+        assert "the critic's weights" in message
+    else:
+        assert "The actor update: its optimizer step (5 copies of the trainable fp32 weights" in message
+    # The fix: LoRA (with GRPO where the critic is what does not fit).
+    assert re.search(r"It would fit with (LoRA \(train_lora_rank: 32\)|LoRA and GRPO) \(predicted peak", message)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_preset_renders_its_algorithm_and_the_memory_model_s_sizes(tmp_path: Path, name: str):
+    preset = PRESETS[name]
+    model = preset["model"].split("/")[-1]
+    render.render("pascal", tmp_path, {"train_preset": name, "model_name": preset["model"]})
+    script = tmp_path / "train.sh"
+    overrides = set(print_overrides(script))
+    # The algorithm, batch and LoRA keys the preset names.
+    assert {
+        f"actor_rollout_ref.model.path=/home/verl/verl-p40/models/{model}",
+        f"algorithm.adv_estimator={preset['adv_estimator']}",
+        f"actor_rollout_ref.rollout.n={preset['rollout_n']}",
+        f"data.train_batch_size={preset['batch_size']}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={preset['ppo_mini_batch_size']}",
+    } <= overrides
+    assert ("actor_rollout_ref.actor.use_kl_loss=true" in overrides) == preset["use_kl_loss"]
+    lora = {
+        f"actor_rollout_ref.model.lora_rank={preset.get('lora_rank', 0)}",
+        f"actor_rollout_ref.model.lora_alpha={preset.get('lora_alpha')}",
+        f"actor_rollout_ref.model.target_modules={preset.get('lora_target_modules')}",
+    }
+    assert (lora <= overrides) == (preset["lora_rank"] > 0)
+    assert not [item for item in overrides if "lora_rank" in item] or preset["lora_rank"] > 0
+    # The experiment (and checkpoint directory) name follows the algorithm.
+    suffix = "-lora" if preset["lora_rank"] else ""
+    assert f"trainer.experiment_name=gsm8k-{preset['adv_estimator']}{suffix}-pascal" in overrides
+    # Every memory knob is the memory model's for these inputs (a KL term without LoRA adds a reference).
+    plan = planned(
+        model,
+        train_batch_size=preset["batch_size"],
+        ppo_mini_batch_size=preset["ppo_mini_batch_size"],
+        rollout_n=preset["rollout_n"],
+        adv_estimator=preset["adv_estimator"],
+        reference=preset["use_kl_loss"],
+        lora_rank=preset["lora_rank"],
+        lora_target_modules=preset.get("lora_target_modules", "all-linear"),
+    )
+    assert memory_overrides(plan) <= overrides
+    # ... which keeps the model's documented rules: micro-batches divide the per-GPU mini-batch, the
+    # rollout's divides the per-GPU batch and is the largest that fits, and the header's predicted
+    # peak of every phase stays under the usable memory.
+    mini = preset["ppo_mini_batch_size"] * preset["rollout_n"]
+    assert mini % plan["micro_batch_size_per_gpu"]["actor"] == 0
+    assert preset["adv_estimator"] != "gae" or mini % plan["micro_batch_size_per_gpu"]["critic"] == 0
+    assert plan["rollout_micro_batch_size"] == largest_divisor(preset["batch_size"], plan["rollout_fits"])
+    header = header_plan(script)
+    assert header["usable"] == plan["usable_mib"] and header["resident"] == plan["resident_mib"]
+    assert header["parameters"] == plan["parameters"]
+    peaks = {key: value for key, value in header.items() if key in plan["peaks_mib"]}
+    assert peaks == plan["peaks_mib"]
+    assert max(peaks.values()) <= header["usable"]
+    assert f"({plan['lora_parameters']} in the LoRA adapter)" in script.read_text()
+
+
+def test_a_preset_is_refused_with_another_model_or_a_wrong_name(tmp_path: Path):
+    # The default model (0.5B) is not the one the 1.5B preset is sized for.
+    with pytest.raises(Exception, match="train_preset qwen15b-grpo-lora trains Qwen/Qwen2.5-1.5B-Instruct"):
+        render.render("pascal", tmp_path / "a", {"train_preset": "qwen15b-grpo-lora"})
+    with pytest.raises(Exception, match="train_preset 'nope' is no preset; stack_train_presets has qwen05b-ppo-full"):
+        render.render("pascal", tmp_path / "b", {"train_preset": "nope"})
+    assert not (tmp_path / "a" / "train.sh").exists() and not (tmp_path / "b" / "train.sh").exists()
+
+
+def test_lora_variables_reach_verl_and_bad_ones_are_refused(tmp_path: Path):
+    lora = {"train_model_config": MODELS["Qwen2.5-1.5B-Instruct"], "train_adv_estimator": "grpo"}
+    render.render(
+        "pascal",
+        tmp_path / "a",
+        {**lora, "train_lora_rank": 16, "train_lora_alpha": 8, "train_lora_target_modules": ["q_proj", "v_proj"]},
+    )
+    overrides = print_overrides(tmp_path / "a" / "train.sh")
+    assert "actor_rollout_ref.model.lora_rank=16" in overrides
+    assert "actor_rollout_ref.model.lora_alpha=8" in overrides
+    assert "actor_rollout_ref.model.target_modules=[q_proj,v_proj]" in overrides
+    adapter = memory.lora_parameters(MODELS["Qwen2.5-1.5B-Instruct"], 16, ["q_proj", "v_proj"])
+    assert f"({adapter} in the LoRA adapter)" in (tmp_path / "a" / "train.sh").read_text()
+    assert "trainer.experiment_name=gsm8k-grpo-lora-pascal" in overrides
+    with pytest.raises(Exception, match="train_lora_target_modules: .* not module names"):
+        render.render("pascal", tmp_path / "b", {**lora, "train_lora_rank": 8, "train_lora_target_modules": ["q;rm"]})
+    with pytest.raises(Exception, match="train_lora_alpha should be a positive number"):
+        render.render("pascal", tmp_path / "c", {**lora, "train_lora_rank": 8, "train_lora_alpha": 0})
 
 
 def test_render_cli_sizes_for_a_config_file_and_a_card(tmp_path: Path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(MODELS["Qwen2.5-1.5B-Instruct"]))
     command = [sys.executable, str(REPO / "tools" / "render.py"), "--profile", "pascal", "--out", str(tmp_path / "a")]
+    command += ["--var", "train_lora_rank=32", "--var", "train_adv_estimator=grpo"]
     done = subprocess.run([*command, "--model-config", str(config)], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert rollout_overrides(tmp_path / "a") == (32, 32)
+    plan = planned("Qwen2.5-1.5B-Instruct", lora_rank=32, adv_estimator="grpo")
+    assert rollout_overrides(tmp_path / "a") == (plan["rollout_micro_batch_size"], plan["val_batch_size"])
+    # An 11 GiB card (a GTX 1080 Ti): the memory model refuses it, and so does the CLI.
+    with pytest.raises(AnsibleFilterError, match="does not fit"):
+        planned("Qwen2.5-1.5B-Instruct", 11264, lora_rank=32, adv_estimator="grpo")
     done = subprocess.run(
-        [*command, "--model-config", str(config), "--gpu-memory-mib", "16384"],
+        [*command, "--model-config", str(config), "--gpu-memory-mib", "11264"],
         check=False,
         capture_output=True,
         text=True,
@@ -552,7 +776,11 @@ def test_model_and_data_paths_are_the_layers_output_directories(tmp_path: Path):
     output (data_output_dir): changing model_name, model_dir or data_output_dir moves the
     launcher with them. With a literal path, another model_name left the launcher pointing
     at a directory no layer wrote."""
-    render.render("pascal", tmp_path / "a", {"model_name": "Qwen/Qwen2.5-1.5B-Instruct"})
+    render.render(
+        "pascal",
+        tmp_path / "a",
+        {"model_name": "Qwen/Qwen2.5-1.5B-Instruct", "train_lora_rank": 32, "train_adv_estimator": "grpo"},
+    )
     overrides = print_overrides(tmp_path / "a" / "train.sh")
     assert "actor_rollout_ref.model.path=/home/verl/verl-p40/models/Qwen2.5-1.5B-Instruct" in overrides
     assert "critic.model.path=/home/verl/verl-p40/models/Qwen2.5-1.5B-Instruct" in overrides
@@ -741,6 +969,15 @@ def test_dry_run_prints_the_composed_config_and_trains_nothing(launcher: dict[st
     assert args[:5] == ["-m", "verl.trainer.main_ppo", "--cfg", "job", "--resolve"]
     assert args[-1] == "trainer.total_epochs=3"
     assert not launcher["logs"].exists()
+    # The memory plan goes to stderr (stdout stays verl's config): the default run, 0.5B PPO on a P40.
+    plan = planned("Qwen2.5-0.5B-Instruct")
+    micro = plan["micro_batch_size_per_gpu"]
+    assert "train.sh: memory plan (filter_plugins/memory.py" in done.stderr
+    assert (
+        f"micro-batches: actor {micro['actor']}, log-prob {micro['log_prob']}, critic {micro['critic']}, "
+        f"rollout {plan['rollout_micro_batch_size']} prompts"
+    ) in done.stderr
+    assert f"predicted peak {plan['peak_mib']} ({plan['peak_phase']})" in done.stderr
 
 
 def test_missing_conda_is_reported(launcher: dict[str, Path], tmp_path: Path):

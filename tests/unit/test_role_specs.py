@@ -280,7 +280,13 @@ def test_stack_spec_names_each_data_file():
     found = load_defaults_with_files(role)
     options = load_entry_points(role)["main"]["options"]
     without_default = {name for name, spec in options.items() if "default" not in spec}
-    assert without_default == {"stack_artifacts", "stack_gpu_profiles", "stack_gpu_cards", "stack_model_architectures"}
+    assert without_default == {
+        "stack_artifacts",
+        "stack_gpu_profiles",
+        "stack_gpu_cards",
+        "stack_model_architectures",
+        "stack_train_presets",
+    }
     for name in without_default:
         assert data_file_named(options[name], found[name][1]), name
 

@@ -29,6 +29,7 @@ ALL_FIXES = [
     "optional_flash_attn",
     "hf_rollout_timing",
     "no_prefix_caching",
+    "hf_rollout_lora_wrap",
 ]
 
 # (fix, file, first changed line in pristine 0.4.1), as found by reading the
@@ -67,6 +68,10 @@ EXPECTED_SITES = {
         'timing_generate.update(getattr(self.rollout_sharding_manager, "timing", {}))',
     ),
     ("no_prefix_caching", SPMD, 164): ("enable_prefix_caching=True,", "enable_prefix_caching=False,"),
+    ("hf_rollout_lora_wrap", FSDP, 306): (
+        'if self._is_rollout and self.config.rollout.name == "hf":',
+        'if self._is_rollout and self.config.rollout.name == "hf" and not self._is_lora:',
+    ),
 }
 TOUCHED = sorted({site[1] for site in EXPECTED_SITES})
 FLASH_HELPERS = ("index_first_axis", "pad_input", "rearrange", "unpad_input")
@@ -846,3 +851,19 @@ def test_the_module_needs_a_path(capsys: pytest.CaptureFixture):
         vp.main()
     result = json.loads(capsys.readouterr().out)
     assert done.value.code == 1 and result["msg"] == "missing required arguments: path"
+
+
+def test_hf_rollout_lora_wrap_keeps_the_lora_policy_and_nothing_else(verl_041: Path):
+    """Only the HF rollout's drop of the wrap policy changes, and only with LoRA: the policy it keeps
+    is get_fsdp_wrap_policy(is_lora=...) a few lines above, whose lambda puts each trainable leaf in
+    its own FSDP unit; FSDP is still built with use_orig_params=False."""
+    vp.run(str(verl_041), fixes=["hf_rollout_lora_wrap"])
+    source = text(verl_041, FSDP)
+    lines = source.splitlines()
+    assert lines[303].strip().startswith("auto_wrap_policy = get_fsdp_wrap_policy(") and "is_lora=" in lines[303]
+    assert "and not self._is_lora:" in lines[305] and lines[307].strip() == "auto_wrap_policy = None"
+    assert "self._is_lora = self._lora_rank > 0" in source  # set in __init__, before _build_model_optimizer
+    assert source.count("use_orig_params=False") == 3
+    policy = text(verl_041, "verl/utils/fsdp_utils.py")
+    assert "module.weight.requires_grad" in policy and "lambda_auto_wrap_policy" in policy
+    vp.run(str(verl_041), fixes=["hf_rollout_lora_wrap"], state="absent")
