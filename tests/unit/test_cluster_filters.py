@@ -146,3 +146,88 @@ def test_a_probe_that_did_not_reach_the_head_says_why():
     # rc 0 without the JSON line (Ray printed something else last) is not a cluster either.
     assert ray_probe_problems({"rc": 0, "stdout": "no json", "stderr": ""}, EXPECTED) == ["cannot reach the head: rc 0"]
     assert ray_probe_problems({"rc": 124, "stderr": ""}, EXPECTED) == ["cannot reach the head: rc 124"]
+
+
+# ---------------------------------------------------------------- the survivors of docs/mutation/2026-12-03.json
+
+
+def test_ray_head_reads_a_string_false_as_false():
+    """ray_head: "no" or "false" from an inventory (a string, not a bool) is not a head. Broken case:
+    the string returned as it is (truthy), which made a host marked `ray_head: "no"` the head."""
+    group = ["p40-a", "p40-b"]
+    assert ray_head(group, {"p40-b": {"ray_head": "no"}}) == "p40-a"
+    assert ray_head(group, {"p40-a": {"ray_head": "false"}, "p40-b": {"ray_head": "on"}}) == "p40-b"
+
+
+def test_one_gpu_per_host_is_enough():
+    """A host with one GPU offers one to the cluster. Broken case: `smallest < 2` or `<= 1`,
+    which told a cluster of one-GPU and two-GPU hosts that a host offers none."""
+    (problem,) = cluster_gpu_problems({"a": 1, "b": 2})
+    assert "no GPU" not in problem and "pick 1 GPUs" in problem
+
+
+def test_every_node_of_the_group_is_compared_after_one_that_matches_or_has_no_record():
+    """Each host is checked, whatever comes before it in the group. Broken case: the loop ended
+    (break for continue) at the first host that matches the head or has no record, so a host
+    after it patched otherwise went unnamed."""
+    changed = dict(RECORD, verl_version="0.4.0")
+    problems = cluster_patch_problems({"a": RECORD, "b": RECORD, "c": changed}, "a")
+    assert len(problems) == 1 and problems[0].startswith("c runs another verl than the head a")
+    problems = cluster_patch_problems({"a": RECORD, "b": {}, "c": changed}, "a")
+    assert [problem.split(" ")[0] for problem in problems] == ["b", "c"]
+    assert problems[0].startswith("b has no verl patch record")
+
+
+def test_a_file_only_one_side_patched_is_named():
+    """A node that patched a file the head did not (or the other way round) names that file.
+    Broken case: only the files both records hold were compared (& for |)."""
+    extra = dict(RECORD["files"], **{"verl/trainer/main_ppo.py": {"patched_sha256": "p9"}})
+    (problem,) = cluster_patch_problems({"a": RECORD, "b": dict(RECORD, files=extra)}, "a")
+    assert problem.startswith("b runs another verl than the head a (files differ: verl/trainer/main_ppo.py)")
+    (problem,) = cluster_patch_problems({"a": dict(RECORD, files=extra), "b": RECORD}, "a")
+    assert "(files differ: verl/trainer/main_ppo.py)" in problem
+
+
+def test_a_node_without_an_alive_field_is_not_alive():
+    """A node of ray.nodes() that does not say it is alive counts as missing. Broken case: the
+    default taken as alive, so a node Ray reports without the field passed as a member."""
+    entry = {"NodeManagerAddress": "10.0.0.2", "Resources": {"GPU": 2.0}}
+    (problem,) = ray_cluster_problems([node("10.0.0.1", 2), entry], EXPECTED)
+    assert problem == "not in the cluster: worker (10.0.0.2)"
+    # The lower-case spelling (older Ray) is read too.
+    lower = {"NodeManagerAddress": "10.0.0.2", "alive": True, "Resources": {"GPU": 2.0}}
+    assert ray_cluster_problems([node("10.0.0.1", 2), lower], EXPECTED) == []
+
+
+def test_a_node_without_gpu_resources_offers_none():
+    """A node whose resources list no GPU offers 0 GPUs (the message says 0), and a host expected
+    without a GPU count expects 0. Broken cases: a default of 1 or -1 GPUs on either side."""
+    bare = {"NodeManagerAddress": "10.0.0.2", "Alive": True, "Resources": {"CPU": 8.0}}
+    (problem,) = ray_cluster_problems([node("10.0.0.1", 2), bare], EXPECTED)
+    assert problem == "node worker (10.0.0.2) offers 0 GPUs to Ray, not the 2 preflight found"
+    assert ray_cluster_problems([bare], {"cpu-only": {"ip": "10.0.0.2"}}) == []
+
+
+def test_every_expected_host_is_checked_and_the_missing_ones_come_first():
+    """A host missing from the cluster does not stop the check of the hosts after it, and the
+    missing hosts are the first problem. Broken cases: break for continue after a missing host,
+    and the missing line inserted at 1 or -1 (after or among the GPU count problems)."""
+    expected = {
+        "a": {"ip": "10.0.0.1", "gpus": 2},
+        "b": {"ip": "10.0.0.2", "gpus": 2},
+        "c": {"ip": "10.0.0.3", "gpus": 2},
+    }
+    assert ray_cluster_problems([node("10.0.0.2", 1), node("10.0.0.3", 4)], expected) == [
+        "not in the cluster: a (10.0.0.1)",
+        "node b (10.0.0.2) offers 1 GPUs to Ray, not the 2 preflight found",
+        "node c (10.0.0.3) offers 4 GPUs to Ray, not the 2 preflight found",
+    ]
+
+
+def test_a_probe_with_stdout_only_is_read():
+    """A result with `stdout` and no `stdout_lines` (a command module's result in check mode or a
+    raw result) is read from its stdout. Broken case: `stdout and ""`, which read nothing."""
+    from filter_plugins.cluster import ray_probe_problems
+
+    seen = {"nodes": [node("10.0.0.1", 2), node("10.0.0.2", 2)]}
+    assert ray_probe_problems({"rc": 0, "stdout": "a Ray warning\n" + json.dumps(seen)}, EXPECTED) == []

@@ -181,3 +181,315 @@ def test_what_the_user_plants_in_place_of_the_file_is_refused(tmp_path, users_tr
         stack_files.take_as(str(planted), NOBODY.pw_uid, NOBODY.pw_gid, str(cache), "apex.whl")
     assert not (cache / "apex.whl").exists()
     assert os.geteuid() == 0 and os.getegid() == 0  # root again after the user's open
+
+
+# ---------------------------------------------------------------- the survivors of docs/mutation/2026-12-03.json
+# Each test below names the broken module it catches; the tests run as root (as CI does), so the
+# directories, owners and links an attacker would make are made for real.
+
+
+def open_fds() -> int:
+    """How many descriptors this process holds (listdir's own is in both counts)."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def umask022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def raised(call, *args, **kwargs) -> str:
+    """The message of the UnsafePath the call raises."""
+    with pytest.raises(stack_files.UnsafePath) as info:
+        call(*args, **kwargs)
+    return str(info.value)
+
+
+def test_a_relative_path_or_one_with_dotdot_is_refused_by_name():
+    """Broken case: the message built with another operator than %, a TypeError instead of the
+    UnsafePath that names the path."""
+    assert raised(stack_files.components, "var/lib/verl-p40") == "var/lib/verl-p40 is not an absolute path"
+    assert raised(stack_files.components, "/var/lib/../../etc") == "/var/lib/../../etc has a '..' in it"
+    assert stack_files.components("/var//lib/./verl-p40/") == ["var", "lib", "verl-p40"]
+
+
+def test_an_ancestor_another_user_can_change_is_refused_by_its_name(tmp_path):
+    """Every directory above root's must be root's and writable by nobody else, and the message names
+    that directory (the parent of the component being opened). Broken cases: the ancestors not
+    checked at all (only the last directory), a group- or world-writable ancestor let through
+    because the sticky test was lost, and the message naming another directory."""
+    users = tmp_path / "users"
+    (users / "state").mkdir(parents=True)
+    os.chown(users, NOBODY.pw_uid, NOBODY.pw_gid)
+    message = raised(stack_files.atomic_write, str(users / "state" / "lock"), "{}\n")
+    assert message == "%s is owned by uid %d" % (users, NOBODY.pw_uid)
+
+    shared = tmp_path / "shared"
+    (shared / "state").mkdir(parents=True)
+    shared.chmod(0o777)
+    message = raised(stack_files.atomic_write, str(shared / "state" / "lock"), "{}\n")
+    assert message == "%s is writable by everyone" % shared
+
+    group = tmp_path / "group"
+    (group / "state").mkdir(parents=True)
+    group.chmod(0o775)
+    message = raised(stack_files.atomic_write, str(group / "state" / "lock"), "{}\n")
+    assert message == "%s is writable by its group" % group
+    assert not (users / "state" / "lock").exists() and not (shared / "state" / "lock").exists()
+    assert not (group / "state" / "lock").exists()
+
+
+def test_a_sticky_ancestor_is_allowed_but_not_as_the_directory_written_in(tmp_path):
+    """Above root's directory a sticky, world-writable one (/tmp) is fine: nobody else can rename
+    root's entries there. The directory root writes in may not be one: another user could plant
+    a name in it. Broken cases: final=False for the last directory, and the sticky test turned
+    around (`final and not sticky`)."""
+    sticky = tmp_path / "sticky"
+    (sticky / "state").mkdir(parents=True)
+    sticky.chmod(0o1777)
+    assert stack_files.atomic_write(str(sticky / "state" / "lock"), "{}\n")
+    message = raised(stack_files.atomic_write, str(sticky / "lock"), "{}\n")
+    assert message == "%s is writable by everyone" % sticky
+    assert not (sticky / "lock").exists()
+
+
+def test_without_root_only_a_users_directory_is_opened(tmp_path):
+    """open_dir and opened_dir check owners only when asked (root_only defaults to False: the
+    callers that walk a user's tree as that user need that). Broken case: root_only on by default,
+    which refused every directory of the training user's."""
+    users = tmp_path / "users"
+    (users / "build").mkdir(parents=True)
+    os.chown(users, NOBODY.pw_uid, NOBODY.pw_gid)
+    os.chown(users / "build", NOBODY.pw_uid, NOBODY.pw_gid)
+    fd = stack_files.open_dir(str(users / "build"))
+    try:
+        assert os.path.samestat(os.fstat(fd), os.stat(users / "build"))
+    finally:
+        os.close(fd)
+    with stack_files.opened_dir(str(users / "build")) as dfd:
+        assert os.path.samestat(os.fstat(dfd), os.stat(users / "build"))
+    with pytest.raises(stack_files.UnsafePath, match="owned by uid"):
+        stack_files.open_dir(str(users / "build"), root_only=True)
+
+
+def test_a_file_on_the_path_is_not_opened_as_a_directory(tmp_path):
+    """Every component is opened O_DIRECTORY. Broken case: the flag lost, so a plain file (or a
+    device) at the place of a directory was handed back as one."""
+    plain = tmp_path / "plain"
+    plain.write_text("not a directory\n")
+    with pytest.raises(NotADirectoryError):
+        stack_files.open_dir(str(plain))
+
+
+def test_root_refuses_a_write_into_a_users_directory_and_sets_the_owner_it_is_given(tmp_path):
+    """write_durably as root: the directory must be root's alone (root_only is on for root), and
+    `owner` is set on the file through its descriptor. Broken cases: root_only computed from
+    another uid than 0 (so off for root), and the fchown left out (the file stayed root's)."""
+    users = tmp_path / "users"
+    users.mkdir()
+    os.chown(users, NOBODY.pw_uid, NOBODY.pw_gid)
+    with pytest.raises(stack_files.UnsafePath, match="owned by uid %d" % NOBODY.pw_uid):
+        stack_files.write_durably(str(users / "record.json"), b"{}\n", 0o644)
+    assert os.listdir(users) == []
+    given = tmp_path / "given.json"
+    assert stack_files.write_durably(str(given), b"{}\n", 0o640, owner=(NOBODY.pw_uid, NOBODY.pw_gid))
+    st = given.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (NOBODY.pw_uid, NOBODY.pw_gid, 0o640)
+
+
+def test_a_write_replaces_unless_it_is_exclusive(tmp_path):
+    """exclusive defaults to False: a state file is rewritten by the next write. Broken case: the
+    default turned to True, so a second atomic_write or write_at returned False and kept the
+    old record."""
+    path = tmp_path / "cuda.json"
+    assert stack_files.atomic_write(str(path), "first\n")
+    assert stack_files.atomic_write(str(path), "second\n")
+    assert path.read_text() == "second\n"
+    with stack_files.opened_dir(str(tmp_path)) as dfd:
+        assert stack_files.write_at(dfd, "cuda.json", b"third\n", 0o644)
+    assert path.read_text() == "third\n"
+    assert sorted(os.listdir(tmp_path)) == ["cuda.json"]
+
+
+def test_the_directories_made_for_a_record_are_0755(tmp_path, umask022):
+    """atomic_write and take_as make missing directories 0755. Broken case: another create mode."""
+    path = tmp_path / "state" / "layers" / "cuda.json"
+    stack_files.atomic_write(str(path), "{}\n")
+    for made in (tmp_path / "state", tmp_path / "state" / "layers"):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o755, made
+
+
+def test_the_temporary_file_is_roots_alone_while_it_is_written(tmp_path, monkeypatch, umask022):
+    """Until its mode is set, the temporary file is 0600. Broken case: another creation mode
+    (0601, 0577), with which another user could open it while root writes."""
+    seen = []
+    real = os.fchmod
+
+    def spy(fd: int, mode: int) -> None:
+        seen.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        real(fd, mode)
+
+    monkeypatch.setattr(stack_files.os, "fchmod", spy)
+    stack_files.atomic_write(str(tmp_path / "cuda.json"), "{}\n", 0o644)
+    assert seen == [0o600]
+
+
+def test_a_name_planted_where_the_temporary_file_goes_is_not_written_through(tmp_path, monkeypatch):
+    """The temporary file is created O_EXCL: a link (or file) already at its name fails the write.
+    Broken case: O_EXCL lost (with O_NOFOLLOW), so root opened the link and wrote into its target
+    and chmodded it."""
+    victim = tmp_path / "shadow"
+    victim.write_text("secret\n")
+    victim.chmod(0o600)
+    state = tmp_path / "layers"
+    state.mkdir()
+    monkeypatch.setattr(stack_files.secrets, "token_hex", lambda n: "planted")
+    (state / ".cuda.json-planted.tmp").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        stack_files.atomic_write(str(state / "cuda.json"), "{}\n")
+    assert victim.read_text() == "secret\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert not (state / "cuda.json").exists()
+
+
+def test_an_exclusive_write_links_the_entry_not_what_a_swapped_link_points_to(tmp_path, monkeypatch):
+    """The exclusive write links its temporary file into place without following a link: were the
+    temporary name swapped for a link, the new entry is that link, never a second name (a hard
+    link) of its target. Broken case: follow_symlinks=True, which gave root's lock the inode of
+    the link's target."""
+    victim = tmp_path / "shadow"
+    victim.write_text("secret\n")
+    state = tmp_path / "layers"
+    state.mkdir()
+    real = os.fsync
+
+    def swap(fd: int) -> None:
+        for name in os.listdir(state):
+            if name.endswith(".tmp"):
+                os.unlink(state / name)
+                os.symlink(victim, state / name)
+        real(fd)
+
+    monkeypatch.setattr(stack_files.os, "fsync", swap)
+    stack_files.atomic_write(str(state / "lock"), "{}\n", exclusive=True)
+    assert victim.stat().st_nlink == 1 and victim.read_text() == "secret\n"
+    assert not os.path.samestat(os.lstat(state / "lock"), victim.stat())
+
+
+def test_no_descriptor_is_left_open(tmp_path, users_tree):
+    """Every descriptor the helpers open is closed, on success and on refusal: root's long runs
+    (and a loop over many files) must not run out of them or hand one to a child. Broken cases:
+    each os.close left out (the walk's parents, the walk's error path, opened_dir, the temporary
+    file, open_as's refusal of a FIFO, read_as, take_as)."""
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    users = tmp_path / "users"
+    (users / "state").mkdir(parents=True)
+    os.chown(users, NOBODY.pw_uid, NOBODY.pw_gid)
+    wheel = users_tree / "apex.whl"
+    wheel.write_bytes(b"PK")
+    os.chown(wheel, NOBODY.pw_uid, NOBODY.pw_gid)
+    fifo = users_tree / "fifo"
+    os.mkfifo(fifo)
+    os.chown(fifo, NOBODY.pw_uid, NOBODY.pw_gid)
+
+    before = open_fds()
+    os.close(stack_files.open_dir(str(deep)))
+    assert open_fds() == before, "open_dir"
+    with pytest.raises(stack_files.UnsafePath):
+        stack_files.open_dir(str(users / "state"), root_only=True)
+    assert open_fds() == before, "open_dir refusing"
+    with pytest.raises(FileNotFoundError):
+        stack_files.open_dir(str(deep / "missing" / "more"))
+    assert open_fds() == before, "open_dir of a missing directory"
+    with stack_files.opened_dir(str(deep)):
+        pass
+    assert open_fds() == before, "opened_dir"
+    stack_files.atomic_write(str(deep / "cuda.json"), "{}\n")
+    assert open_fds() == before, "atomic_write"
+    assert stack_files.read_as(str(wheel), NOBODY.pw_uid, NOBODY.pw_gid) == b"PK"
+    assert open_fds() == before, "read_as"
+    with pytest.raises(stack_files.UnsafePath, match="not a plain file"):
+        stack_files.read_as(str(fifo), NOBODY.pw_uid, NOBODY.pw_gid)
+    assert open_fds() == before, "open_as refusing a FIFO"
+    stack_files.take_as(str(wheel), NOBODY.pw_uid, NOBODY.pw_gid, str(tmp_path / "cache"), "apex.whl")
+    assert open_fds() == before, "take_as"
+
+
+def test_root_takes_on_the_users_ids_and_groups_only_and_gets_its_own_back():
+    """rights_of: the user's uid, gid and only that group for the body, root's groups after it, and
+    nothing changed when the uid is root's. Broken cases: setgroups or setegid left out (root's
+    groups and gid stayed, and with them root's group rights), the groups not restored, and the
+    no-op test for uid 0 changed."""
+    groups = os.getgroups()
+    with stack_files.rights_of(NOBODY.pw_uid, NOBODY.pw_gid):
+        inside = (os.geteuid(), os.getegid(), os.getgroups())
+    assert inside == (NOBODY.pw_uid, NOBODY.pw_gid, [NOBODY.pw_gid])
+    assert (os.geteuid(), os.getegid(), os.getgroups()) == (0, 0, groups)
+    with stack_files.rights_of(0, NOBODY.pw_gid):
+        inside = (os.geteuid(), os.getegid(), os.getgroups())
+    assert inside == (0, 0, groups)
+
+
+def test_a_file_of_roots_group_is_not_read_with_the_users_rights(users_tree):
+    """A file the training user may not read, but root's group may (0640 root:root), is refused:
+    the read runs with the user's gid and groups, not root's. Broken cases: root's groups or gid
+    kept (setgroups, setegid left out)."""
+    secret = users_tree / "config.json"
+    secret.write_text("root's group only\n")
+    os.chown(secret, 0, 0)
+    secret.chmod(0o640)
+    with pytest.raises(PermissionError):
+        stack_files.read_as(str(secret), NOBODY.pw_uid, NOBODY.pw_gid)
+    assert os.geteuid() == 0 and os.getegid() == 0
+
+
+def test_a_link_in_the_users_tree_is_refused_even_to_a_file_the_user_may_read(users_tree):
+    """open_as never follows a link at the last component, even to a file the user could read
+    (what the link names is not the file asked for). Broken case: O_NOFOLLOW lost."""
+    public = users_tree.parent / "public"
+    public.write_text("anyone's\n")
+    public.chmod(0o644)
+    link = users_tree / "config.json"
+    link.symlink_to(public)
+    with pytest.raises(stack_files.UnsafePath, match="is a link"):
+        stack_files.read_as(str(link), NOBODY.pw_uid, NOBODY.pw_gid)
+
+
+def test_the_descriptor_open_as_returns_blocks(users_tree):
+    """open_as opens O_NONBLOCK (a FIFO cannot hang it) and clears the flag once the descriptor is a
+    plain file: the caller gets an ordinary descriptor. Broken case: the flag left set."""
+    import fcntl
+
+    plain = users_tree / "config.json"
+    plain.write_text("{}\n")
+    fd = stack_files.open_as(str(plain), NOBODY.pw_uid, NOBODY.pw_gid)
+    try:
+        assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK
+    finally:
+        os.close(fd)
+
+
+def test_read_as_reads_at_most_one_mib_by_default(users_tree):
+    """read_as is for small files (a config, a record, a build log's tail): 1 MiB by default, and
+    the limit given otherwise. Broken case: another default (0, 512 KiB, 2 MiB)."""
+    big = users_tree / "build.log"
+    big.write_bytes(b"x" * (3 << 20))
+    assert len(stack_files.read_as(str(big), NOBODY.pw_uid, NOBODY.pw_gid)) == 1 << 20
+    assert stack_files.read_as(str(big), NOBODY.pw_uid, NOBODY.pw_gid, limit=5) == b"xxxxx"
+
+
+def test_take_as_puts_the_file_only_in_a_directory_of_roots(tmp_path, users_tree, umask022):
+    """take_as as root: the cache must be root's alone (refused in a user's directory), and a
+    missing cache is made 0755. Broken cases: root_only computed from another uid than 0, and
+    another create mode."""
+    wheel = users_tree / "apex.whl"
+    wheel.write_bytes(b"PK wheel")
+    os.chown(wheel, NOBODY.pw_uid, NOBODY.pw_gid)
+    with pytest.raises(stack_files.UnsafePath, match="owned by uid %d" % NOBODY.pw_uid):
+        stack_files.take_as(str(wheel), NOBODY.pw_uid, NOBODY.pw_gid, str(users_tree / "cache"), "apex.whl")
+    assert not (users_tree / "cache" / "apex.whl").exists()
+    cache = tmp_path / "cache"
+    stack_files.take_as(str(wheel), NOBODY.pw_uid, NOBODY.pw_gid, str(cache), "apex.whl")
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o755
