@@ -115,7 +115,7 @@ def test_dry_run_carries_the_profile(composed, stack):
     assert arr["model"]["use_remove_padding"] is critic["model"]["use_remove_padding"] is profile["remove_padding"]
     assert arr["rollout"]["name"] == profile["rollout_backend"]
     if profile["rollout_backend"] == "hf":
-        # Computed on the host (filter_plugins/rollout.py): an even split of each GPU's batch.
+        # Computed on the host (filter_plugins/memory.py): an even split of each GPU's batch.
         micro = arr["rollout"]["micro_batch_size"]
         per_gpu = composed["data"]["train_batch_size"] // composed["trainer"]["n_gpus_per_node"]
         assert micro > 0 and per_gpu % micro == 0, (micro, per_gpu)
@@ -227,7 +227,7 @@ def test_hf_rollout_is_sized_from_the_host(training_user, stack, layer_state):
     if backend != "hf":
         pytest.skip("the %s profile's rollout backend is %s: nothing sizes an hf rollout" % (profile, backend))
     script = stack["train_work_dir"] + "/train.sh"
-    assert "computed by filter_plugins/rollout.py" in training_user.read(script)
+    assert "computed by filter_plugins/memory.py" in training_user.read(script)
     overrides = dict(
         line.split("=", 1) for line in training_user.check_output(script + " --print-overrides").splitlines()
     )
