@@ -12,11 +12,16 @@ The module's documentation (library/layer_state.py) describes the options and re
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 import time
+from types import ModuleType
 from typing import Any
 
+from ansible import constants as C
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 SNAPSHOT = "stack_layer_snapshot"
@@ -25,6 +30,27 @@ SNAPSHOT = "stack_layer_snapshot"
 # false or no as none as well.
 NO_REBUILD = ("", None, [])
 NO_VERIFY = ("", None, [], "false", "no", "False", "No")
+SHARED = "ansible.module_utils.stack_layer"
+
+
+def shared() -> ModuleType:
+    """module_utils/stack_layer.py, the module's own decision. Ansible ships a project's module_utils
+    to the modules it runs on the host, but does not put them on the controller's import path: the
+    file is loaded from the configured module_utils directories (ansible.cfg, Molecule's env)."""
+    if SHARED in sys.modules:
+        return sys.modules[SHARED]
+    for directory in C.DEFAULT_MODULE_UTILS_PATH or []:
+        path = os.path.join(os.path.expanduser(directory), "stack_layer.py")
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location(SHARED, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[SHARED] = module
+            return module
+    raise AnsibleActionFail(
+        "layer_state: module_utils/stack_layer.py is not in the module_utils path (%s); run from the project root, "
+        "whose ansible.cfg names it" % ", ".join(C.DEFAULT_MODULE_UTILS_PATH or [])
+    )
 
 
 def normal(value: Any) -> Any:
@@ -34,59 +60,55 @@ def normal(value: Any) -> Any:
 
 def unchanged(args: dict[str, Any], snap: dict[str, Any]) -> dict[str, Any] | None:
     """The module's result for a query whose answer is "unchanged", from the snapshot; None when the
-    host must be asked (any other answer, or anything the snapshot cannot tell)."""
+    host must be asked (any other answer, or anything the snapshot cannot tell). The answer itself is
+    the module's decide() and verdict() (module_utils/stack_layer.py) on what the snapshot read."""
     name = args.get("name")
     if not name or not snap or snap.get("state_dir") != args.get("state_dir"):
         return None
     # This run's snapshot only: one kept by a fact cache is another run's, and the host may have changed.
     if not args.get("run") or snap.get("run") != args.get("run"):
         return None
+    # A request is the module's to parse (and an unknown name its to refuse).
     rebuild, verify = args.get("rebuild", ""), args.get("verify", "")
     if isinstance(rebuild, bool) or rebuild not in NO_REBUILD or (verify is not False and verify not in NO_VERIFY):
         return None
     records = snap.get("records") or {}
     previous = records.get(name)
-    if not isinstance(previous, dict) or previous.get("status") != "complete":
+    # A record the snapshot did not stat (none, incomplete, or written before layers recorded files), or
+    # files the record does not name: the host looks.
+    if not isinstance(previous, dict) or not isinstance(previous.get("files"), dict):
         return None
-    recorded = previous.get("files")
-    if not isinstance(recorded, dict) or snap.get("stale", {}).get(name) != []:
+    stale = snap.get("stale", {}).get(name)
+    if stale is None or set(args.get("files") or []) - set(previous["files"]):
         return None
-    if set(args.get("files") or []) - set(recorded):
+    required = {dep: records.get(dep) for dep in args.get("requires") or []}
+    # A required layer without a complete record: the module says which, and stops.
+    if any(not isinstance(record, dict) or record.get("status") != "complete" for record in required.values()):
         return None
     try:
         inputs = normal(args.get("inputs") or {})
     except (TypeError, ValueError):
         return None
-    if previous.get("inputs") != inputs:
-        return None
-    required = {}
-    for dep in args.get("requires") or []:
-        record = records.get(dep)
-        if not isinstance(record, dict) or record.get("status") != "complete":
-            return None
-        required[dep] = record
-    if previous.get("requires", {}) != {dep: str(record.get("fingerprint", "")) for dep, record in required.items()}:
+    layer = shared()
+    deps = {dep: str(record.get("fingerprint", "")) for dep, record in required.items()}
+    build, reason = layer.decide(previous, inputs, deps, False)
+    rebuild_, probe, reason = layer.verdict(build, reason, stale, False)
+    if build or rebuild_ or probe:
         return None
     started = round(time.time() + float(snap.get("offset", 0.0)), 2)
     return dict(
         changed=False,
-        build=False,
-        rebuild=False,
-        probe=False,
-        reason="unchanged",
+        build=build,
+        rebuild=rebuild_,
+        probe=probe,
+        reason=reason,
         changed_files=[],
         previous=previous,
         fingerprint=previous.get("fingerprint", ""),
         path=os.path.join(args["state_dir"], name + ".json"),
-        required={
-            dep: {key: record.get(key) for key in ("version", "details", "fingerprint", "built_at")}
-            for dep, record in required.items()
-        },
+        required=layer.required_view(required),
         from_snapshot=True,
-        ansible_facts={
-            "stack_layer_%s_started" % name: started,
-            "stack_layer_" + name: dict(version=str(previous.get("version", "")), outcome="unchanged"),
-        },
+        ansible_facts=layer.query_facts(name, previous, started),
     )
 
 

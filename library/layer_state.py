@@ -377,25 +377,10 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.stack_files import atomic_write
+from ansible.module_utils.stack_layer import decide, outcome, parse_rebuild, query_facts, required_view, verdict
 from ansible.module_utils.stack_lock import read_lock
 
 STATE_FORMAT = 1
-
-
-def parse_rebuild(raw: Any, layers: list[str]) -> set[str]:
-    """Turn the user's rebuild request into a set of layer names; raise ValueError on unknown names."""
-    if raw is None or raw is False or raw == "":
-        return set()
-    items = raw if isinstance(raw, list) else str(raw).split(",")
-    names = {str(item).strip() for item in items if str(item).strip()}
-    if "all" in names:
-        return set(layers)
-    unknown = sorted(names - set(layers))
-    if unknown:
-        raise ValueError(
-            "rebuild names unknown layer(s) %s; valid names are %s, or 'all'" % (", ".join(unknown), ", ".join(layers))
-        )
-    return names
 
 
 def read_state(path: str) -> dict[str, Any]:
@@ -491,42 +476,9 @@ def snapshot(state_dir: str, layers: list[str], run: str) -> dict[str, Any]:
     return dict(run=run, state_dir=state_dir, host_time=round(time.time(), 3), records=records, stale=stale)
 
 
-def decide(previous: dict[str, Any], inputs: dict[str, Any], deps: dict[str, str], requested: bool) -> tuple[bool, str]:
-    """Return (build, reason) for a layer, most specific reason first."""
-    if not previous:
-        return True, "absent"
-    if previous.get("status") != "complete":
-        return True, "incomplete"
-    if requested:
-        return True, "requested"
-    if previous.get("inputs") != inputs:
-        return True, "inputs_changed"
-    if previous.get("requires", {}) != deps:
-        return True, "dependency_changed"
-    return False, "unchanged"
-
-
 def new_fingerprint(name: str, inputs: dict[str, Any], deps: dict[str, str], when: str) -> str:
     payload = json.dumps({"name": name, "inputs": inputs, "requires": deps, "time": when}, sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
-
-
-def verdict(build: bool, reason: str, files_changed: list[str], verify: bool) -> tuple[bool, bool, str]:
-    """(rebuild, probe, reason): must the layer be built whatever the host looks like, must it look.
-
-    A layer with no record may adopt what the host has (probe, no forced build); an unchanged record
-    whose files changed is looked at again, not rebuilt blindly."""
-    if build:
-        return reason != "absent", reason == "absent" or verify, reason
-    if files_changed:
-        return False, True, "files_changed"
-    return False, verify, reason
-
-
-def outcome(previous: dict[str, Any], built: bool) -> str:
-    if not built:
-        return "unchanged"
-    return "rebuilt" if previous.get("fingerprint") else "built"
 
 
 def main() -> None:
@@ -611,17 +563,10 @@ def main() -> None:
         previous=previous,
         fingerprint=previous.get("fingerprint", ""),
         path=path,
-        required={
-            dep: {key: record.get(key) for key in ("version", "details", "fingerprint", "built_at")}
-            for dep, record in records.items()
-        },
+        required=required_view(records),
     )
     if p["state"] == "query":
-        result["ansible_facts"] = {"stack_layer_%s_started" % name: round(time.time(), 2)}
-        if previous.get("status") == "complete":
-            result["ansible_facts"]["stack_layer_" + name] = dict(
-                version=str(previous.get("version", "")), outcome="unchanged"
-            )
+        result["ansible_facts"] = query_facts(name, previous, round(time.time(), 2))
 
     if p["state"] == "building":
         marked = dict(previous, status="building", name=name)
@@ -644,12 +589,7 @@ def main() -> None:
                 **result,
             )
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        unchanged = (
-            not p["built"]
-            and previous.get("status") == "complete"
-            and previous.get("inputs") == inputs
-            and previous.get("requires", {}) == deps
-        )
+        unchanged = not p["built"] and decide(previous, inputs, deps, False) == (False, "unchanged")
         # Nothing was built from the same inputs: the record stays as it was, details included; only
         # the stat of its files is refreshed (a file touched but found sound is not a new build).
         record = (

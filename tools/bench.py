@@ -42,7 +42,8 @@ import sshd  # noqa: E402
 from prepare_host import prepare  # noqa: E402
 
 # Roles that run on behalf of a layer (included from its tasks): their tasks count for that layer.
-HELPER_ROLES = {"stack_artifact"}
+# The stack role's are the layer protocol's (roles/stack/tasks/), which every layer imports.
+HELPER_ROLES = {"stack", "stack_artifact"}
 TASK_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable")
 VARS_FILES = [
     ROOT / ".cache/standins/standins.yml",

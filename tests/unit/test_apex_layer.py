@@ -54,7 +54,7 @@ def test_off_it_is_skipped_said_so_and_a_rerun_changes_nothing(tmp_path: Path):
         done, state = apex_play(tmp_path, apex_enabled=False)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         # No record is read or written, nothing is built: the layer's own tasks are all skipped.
-        assert "Apex | Read the layer state" not in done.stdout.replace("skipping", "")
+        assert "Read the layer state of apex" not in done.stdout.replace("skipping", "")
         assert not (state / "apex.json").exists()
         line = re.search(r"SUMMARY ([^'\n]+)", done.stdout).group(1)
         assert re.match(r"apex\s+-\s+skipped \(apex_enabled: false\)$", line.strip()), line
@@ -65,9 +65,9 @@ def test_on_it_asks_for_its_record(tmp_path: Path):
     # No cuda or torch record here: the layer's first look at its record stops, naming what is missing.
     done, state = apex_play(tmp_path, apex_enabled=True)
     assert done.returncode != 0
-    assert "TASK [apex : Apex | Read the layer state]" in done.stdout
+    assert "TASK [stack : Layer | Read the layer state of apex]" in done.stdout
     assert "skipped (apex_enabled: false)" not in done.stdout
-    assert "cuda" in done.stdout.split("TASK [apex : Apex | Read the layer state]")[1]
+    assert "cuda" in done.stdout.split("TASK [stack : Layer | Read the layer state of apex]")[1]
 
 
 def test_off_is_refused_where_the_profile_needs_apex(tmp_path: Path):

@@ -17,6 +17,11 @@ ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 # Where the plays take their run lock (each stage takes the host's).
 LOCK_DIR = Path(tempfile.gettempdir()) / "verl-p40-test-layout"
 PROFILES = yaml.safe_load((REPO / "roles/stack/defaults/main/gpu_profiles.yml").read_text())["stack_gpu_profiles"]
+# The layer names, in build order (the graph itself: tests/unit/test_layer_graph.py).
+LAYERS = [
+    layer["name"]
+    for layer in yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]
+]
 
 
 def play(inventory: Path, playbook: Path) -> subprocess.CompletedProcess:
@@ -79,8 +84,7 @@ def test_the_shared_values_reach_every_playbook_from_any_inventory(tmp_path):
 
 def test_every_layer_role_depends_on_the_shared_values():
     # Without the dependency a role run from a play of its own has no stack_user, stack_layers or manifests.
-    layers = yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]
-    for name in layers:
+    for name in LAYERS:
         meta = yaml.safe_load((REPO / "roles" / name / "meta" / "main.yml").read_text())
         roles = [dep["role"] if isinstance(dep, dict) else dep for dep in meta.get("dependencies") or []]
         assert roles == ["stack"], name
@@ -98,35 +102,26 @@ def test_nothing_reads_the_former_group_vars():
 
 
 def test_every_layer_role_has_the_standard_files():
-    layers = yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]
-    built = [name for name in layers if (REPO / "roles" / name).is_dir()]
-    assert built[:3] == ["preflight", "cuda", "cudnn"]
+    # What the protocol asks of a layer (its vars, tasks/build.yml) is checked with the graph
+    # (tests/unit/test_layer_graph.py); these are what every role has besides.
+    built = [name for name in LAYERS if (REPO / "roles" / name).is_dir()]
+    assert built == LAYERS
     for name in built:
         role = REPO / "roles" / name
-        for part in ("defaults/main.yml", "meta/argument_specs.yml", "meta/main.yml", "tasks/main.yml"):
+        for part in (
+            "defaults/main.yml",
+            "meta/argument_specs.yml",
+            "meta/main.yml",
+            "tasks/main.yml",
+            "vars/main.yml",
+        ):
             assert (role / part).is_file(), "%s lacks %s" % (name, part)
         assert (REPO / "tests" / "infra" / ("test_%s.py" % name)).is_file(), "no testinfra module for " + name
-        tasks = "".join(path.read_text() for path in (role / "tasks").glob("*.yml"))
-        assert "layer_state:" in tasks, name + " does not record its state"
-
-
-def test_every_layer_reads_its_state_in_main_and_works_in_layer_yml():
-    # The one shape (docs/adding-a-layer.md): tasks/main.yml asks layer_state, and the work is one
-    # include_tasks of tasks/layer.yml, which a no-op run skips as one task. Preflight has no work to skip.
-    layers = yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]
-    for name in [layer for layer in layers if layer != "preflight"]:
-        main = yaml.safe_load((REPO / "roles" / name / "tasks" / "main.yml").read_text())
-        queries = [task for task in main if "layer_state" in task and task["layer_state"].get("state") is None]
-        includes = [task for task in main if (task.get("ansible.builtin.include_tasks") == "layer.yml")]
-        assert queries and (REPO / "roles" / name / "tasks" / "layer.yml").is_file(), name
-        assert len(includes) == 1 and "when" in includes[0], name
 
 
 def test_every_layer_role_answers_to_the_verify_tag():
     """--tags verify must reach every layer's role (its layer_state query reads the request)."""
-    layers = set(yaml.safe_load((REPO / "roles/stack/defaults/main/stack.yml").read_text())["stack_layers"]) - {
-        "preflight"
-    }
+    layers = set(LAYERS) - {"preflight"}
     tagged = {}
     for playbook in sorted((REPO / "playbooks").glob("*.yml")):
         for play_ in yaml.safe_load(playbook.read_text()):

@@ -44,7 +44,7 @@ QUICK = {
     ("roles/verl/tasks/install.yml", "Verl | Install verl editable, without dependencies"): (
         "links the checkout into the env: no dependencies, no build isolation, no download"
     ),
-    ("roles/apex/tasks/build.yml", "Apex | Install the build tools into the env"): (
+    ("roles/apex/tasks/compile.yml", "Apex | Install the build tools into the env"): (
         "four small hash-locked build tools (setuptools, wheel, packaging, ninja)"
     ),
     ("roles/apex/tasks/install.yml", "Apex | Install the wheel into the env"): (
@@ -157,13 +157,13 @@ def test_the_long_steps_are_found():
     """The test looks at what it should: each step the issue named, and those already in the background."""
     named = {(task_file, job.get("name")) for task_file, job, _, _ in long_steps(REPO)}
     for expected in [
-        ("roles/model/tasks/layer.yml", "Model | Fetch the model unless it is complete already"),
+        ("roles/model/tasks/build.yml", "Model | Fetch the model unless it is complete already"),
         ("roles/verl/tasks/install.yml", "Verl | Install verl's pinned requirements"),
-        ("roles/vllm/tasks/layer.yml", "Vllm | Install with pip"),
+        ("roles/vllm/tasks/build.yml", "Vllm | Install with pip"),
         ("roles/conda/tasks/env.yml", "Conda | Create the env with Python {{ conda_python_version }}"),
         ("roles/train/tasks/smoke.yml", "Train | Train 12 steps"),
         ("roles/torch/tasks/install.yml", "Torch | Install with pip from the torch index"),
-        ("roles/apex/tasks/build.yml", "Apex | Compile (log in {{ apex_build_log }})"),
+        ("roles/apex/tasks/compile.yml", "Apex | Compile (log in {{ apex_build_log }})"),
     ]:
         assert expected in named, (expected, sorted(named))
 
@@ -235,7 +235,7 @@ def _new_silent_step(tasks: list[dict], index: int) -> None:
 @pytest.mark.parametrize(
     "task_file, name, change, expected",
     [
-        ("roles/model/tasks/layer.yml", "Model | Fetch the model unless it is complete already", _plain_command,
+        ("roles/model/tasks/build.yml", "Model | Fetch the model unless it is complete already", _plain_command,
          "it is not async; poll is None"),
         ("roles/train/tasks/smoke.yml", "Train | Train 12 steps", _polled, "poll is 30"),
         ("roles/verl/tasks/install.yml", "Verl | Install verl's pinned requirements", _no_wait,

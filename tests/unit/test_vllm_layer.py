@@ -42,16 +42,16 @@ def vllm_play(tmp_path: Path, **extra: object):
 def test_off_it_reads_no_state(tmp_path: Path):
     done, state = vllm_play(tmp_path, vllm_enabled=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Vllm | Read the layer state" not in done.stdout.replace("skipping", "")
+    assert "Read the layer state of vllm" not in done.stdout.replace("skipping", "")
     assert not (state / "vllm.json").exists()
 
 
 def test_on_without_a_pinned_wheel_it_stops_before_building(tmp_path: Path):
-    # The manifest pins no sha256 for the vLLM wheel: the query says build, layer.yml's first task refuses.
+    # The manifest pins no sha256 for the vLLM wheel: the query says build, build.yml's first task refuses.
     done, state = vllm_play(tmp_path, vllm_enabled=True)
     assert done.returncode != 0
     assert "No sha256 is pinned for vllm-" in done.stdout, done.stdout[-3000:]
-    assert "Vllm | Read the layer state" in done.stdout
+    assert "Read the layer state of vllm" in done.stdout
     assert not (state / "vllm.json").exists(), "a refused layer must not be marked building"
 
 
@@ -78,7 +78,7 @@ OUTSIDE_A_STAGE = {
     "stack_job_environment": {"VERL_P40_RUN": "unit-run"},
     "stack_layer_args": {
         "state_dir": "{{ stack_state_dir }}",
-        "layers": "{{ stack_layers }}",
+        "layers": "{{ stack_layer_names }}",
         "rebuild": "",
         "verify": "",
         "run": "unit-run",
