@@ -191,7 +191,7 @@ def test_an_unreadable_lock_stops_the_run_with_what_to_do(host):
         # Before the fix the lock tasks (tagged always) were skipped and the layers ran without the lock.
         (("--skip-tags", "always", "--tags", "cuda"), "This run skips the host lock (--skip-tags always"),
         (
-            ("--start-at-task", "Preflight | Record what was found", "--tags", "preflight"),
+            ("--start-at-task", "Read every layer's record at once", "--tags", "preflight"),
             "This run skips the host lock (--start-at-task",
         ),
         # The lock tasks skipped another way: the layers' own check (layer_state) refuses.
