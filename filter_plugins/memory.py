@@ -395,35 +395,48 @@ def _plan_for(
         return {
             "problem": f"The weights verl keeps on the GPU alone ({', '.join(parts)}; {_gib(resident)} GiB with "
             "optimizer state) exceed it.",
-            "short_mib": (resident - usable) / MIB,
         }
     peaks: dict[str, int] = {}
     # HF rollout: prompts per generate() call, a divisor of the per-GPU batch.
     per_prompt = run.seq_bytes * n
     fits = int(room // per_prompt)
     if "rollout" in fixed:
-        rollout_mb = min(int(fixed["rollout"]), prompts_per_gpu)
+        # Pinned (train_rollout_micro_batch_size): not held to the memory (rollout.py's override), but
+        # verl must still split the per-GPU batch into equal chunks.
+        rollout_mb = rollout._positive_int(fixed["rollout"], "train_rollout_micro_batch_size")
+        if not rollout.splits_evenly(prompts_per_gpu, rollout_mb):
+            raise AnsibleFilterError(
+                f"train_rollout_micro_batch_size {rollout_mb}: verl would split {prompts_per_gpu} prompts per GPU "
+                f"into {prompts_per_gpu // rollout_mb} unequal chunks and stop. Choose one of "
+                f"{rollout.valid_micro_batches(prompts_per_gpu)}."
+            )
+        rollout_mb = min(rollout_mb, prompts_per_gpu)
     else:
         options = [d for d in _divisors(prompts_per_gpu) if d <= fits]
         if not options:
             return {
                 "problem": f"The HF rollout: one prompt with {n} answers needs {_gib(per_prompt)} GiB beside "
                 f"{_gib(resident)} GiB of resident weights.",
-                "short_mib": (resident + per_prompt - usable) / MIB,
             }
         rollout_mb = max(options)
     peaks["rollout"] = resident + rollout_mb * per_prompt
     # Log-prob forwards (old, and the ref's): the largest micro-batch that fits, up to the per-GPU sequences.
     lp = run.terms["log_prob"]
     if "log_prob" in fixed:
-        log_prob_mb = int(fixed["log_prob"])
+        log_prob_mb = rollout._positive_int(fixed["log_prob"], "train_memory_fixed.log_prob")
+        over = resident + run.actor_gather + log_prob_mb * lp - usable
+        if over > 0:
+            return {
+                "problem": f"The log-prob forward: the pinned micro-batch {log_prob_mb} (train_memory_fixed.log_prob) "
+                f"needs {_gib(run.actor_gather + log_prob_mb * lp)} GiB beside {_gib(resident)} GiB of resident "
+                f"weights, {_gib(over)} GiB too much.",
+            }
     else:
         log_prob_mb = min(int((room - run.actor_gather) // lp), seqs_per_gpu)
         if log_prob_mb < 1:
             return {
                 "problem": f"The log-prob forward: one sequence's fp32 logits and temporaries need {_gib(lp)} GiB "
                 f"beside {_gib(resident)} GiB of resident weights.",
-                "short_mib": (resident + lp - usable) / MIB,
             }
     peaks["log_prob"] = resident + run.actor_gather + log_prob_mb * lp
     cost = 0.0
@@ -460,7 +473,6 @@ def _plan_for(
             return {
                 "problem": f"The {role} update: {what} beside {_gib(resident)} GiB of resident weights is "
                 f"{_gib(over)} GiB too much.",
-                "short_mib": over / MIB,
             }
         time, micro, ckpt, peak = best
         peaks[f"{role}_update"] = peak

@@ -71,3 +71,45 @@ def test_check_raises_one_error_with_every_problem():
     assert gpu_batch_check(64, ppo_mini_batch_size=32, rollout_n=1, n_gpus=2, micro_batch_size_per_gpu=PASCAL) == ""
     with pytest.raises(AnsibleFilterError, match="do not fit the GPUs: train_batch_size 64"):
         gpu_batch_check(64, ppo_mini_batch_size=32, rollout_n=1, n_gpus=3, micro_batch_size_per_gpu=PASCAL)
+
+
+def test_zero_gpus_is_refused_with_a_message_not_a_division_by_zero():
+    """Catches the GPU guard moved to `gpus < 0`: 0 GPUs would reach `% gpus` and raise ZeroDivisionError."""
+    assert gpu_batch_problems(64, 32, 1, 0, PASCAL) == [
+        "train_n_gpus_per_node x train_nnodes is 0; it must be at least 1"
+    ]
+    with pytest.raises(AnsibleFilterError, match="is 0; it must be at least 1"):
+        gpu_batch_check(64, ppo_mini_batch_size=32, rollout_n=1, n_gpus=0, micro_batch_size_per_gpu=PASCAL)
+
+
+@pytest.mark.parametrize("micro", [{}, {"actor": None, "critic": 0}])
+def test_a_role_without_a_micro_batch_counts_as_micro_batch_one(micro):
+    """Catches a default micro-batch other than 1 for a role the mapping lacks (or leaves empty): 2 would
+    refuse 3 sequences per GPU, 0 would divide by zero."""
+    # 48 x 1 over 16 GPUs: 3 sequences per GPU, a multiple of 1 only.
+    assert gpu_batch_problems(96, 48, 1, 16, micro) == []
+    assert gpu_batch_problems(96, 48, 1, 16, micro, critic=False) == []
+
+
+def test_one_sequence_per_gpu_is_enough():
+    """Catches the "less than one sequence" test moved to `< 2` or `<= 1`: exactly one sequence per GPU
+    per update, with micro-batches of 1, is what verl accepts."""
+    ones = {"actor": 1, "critic": 1}
+    assert gpu_batch_problems(8, 8, 1, 8, ones) == []
+    assert gpu_batch_problems(4, 4, 2, 8, ones) == []
+    assert verl_refuses(8, 8, 1, 8, ones, True) is False
+    # One fewer sequence than GPUs is refused, with the multiple that works.
+    (problem,) = gpu_batch_problems(8, 7, 1, 8, ones, critic=False)
+    assert problem.endswith(
+        "less than one sequence each per actor update: set train_ppo_mini_batch_size to a multiple of 8"
+    )
+
+
+def test_micro_source_names_the_variable_that_pinned_the_micro_batch():
+    """Catches the message naming the profile (or no variable) when the micro-batch came from
+    train_memory_fixed: the user must be sent to the variable that set it."""
+    (problem,) = gpu_batch_problems(64, 32, 1, 8, PASCAL, profile="pascal", micro_source="train_memory_fixed")
+    assert "(train_memory_fixed.critic)" in problem
+    assert "stack_gpu_profiles" not in problem
+    (plain,) = gpu_batch_problems(64, 32, 1, 8, PASCAL)
+    assert "(the critic micro-batch)" in plain

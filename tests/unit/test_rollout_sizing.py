@@ -241,3 +241,261 @@ def test_card_peak_unknown_card_or_precision_is_zero():
 def test_filter_module_exports():
     filters = rollout.FilterModule().filters()
     assert {"hf_rollout_plan", "gpu_card_peak", "model_parameters"} <= set(filters)
+
+
+# -- the estimate, term by term -------------------------------------------------
+#
+# Small made-up shapes, so that each term of the module docstring's estimate can be made the larger
+# one in turn (a max() hides the other side): grouped-query attention (kv_heads != heads), a head_dim
+# given apart from hidden // heads, untied embeddings unless said otherwise.
+SMALL = {
+    "model_type": "llama",
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "hidden_size": 40,
+    "intermediate_size": 96,
+    "vocab_size": 1000,
+    "tie_word_embeddings": False,
+}
+NARROW_MLP = {**SMALL, "intermediate_size": 16}  # sdpa's attention tensors outweigh the MLP's
+WIDE_VOCAB = {**SMALL, "vocab_size": 50000}  # decoding's logits outweigh the prefill
+
+
+def documented_terms(config: dict, prompt: int, response: int, dtype_bytes: int, eager: bool) -> dict:
+    """The per-sequence terms exactly as the module docstring states them (before ESTIMATE_FACTOR)."""
+    layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
+    kv, d = config["num_key_value_heads"], config["head_dim"]
+    hidden, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    kv_token = 2 * layers * kv * d * dtype_bytes  # K and V of every layer
+    scores = 2 * heads * prompt * prompt * dtype_bytes if eager else 0
+    qkv_out = (heads + 2 * kv) * d * prompt * dtype_bytes + 2 * heads * d * prompt * dtype_bytes
+    attention = scores + qkv_out
+    mlp = 3 * prompt * inter * dtype_bytes
+    stream = 4 * prompt * hidden * dtype_bytes + (prompt * prompt * 4 if eager else 0)
+    prefill = kv_token * prompt + max(attention, mlp) + stream
+    decode = kv_token * (prompt + response) + 8 * vocab * 4
+    return {"attention": attention, "mlp": mlp, "prefill": prefill, "decode": decode}
+
+
+@pytest.mark.parametrize(
+    ("config", "prompt", "response", "precision", "attn", "larger"),
+    [
+        (SMALL, 512, 8, "float32", "eager", "attention"),
+        (SMALL, 512, 8, "float32", "sdpa", "mlp"),
+        (NARROW_MLP, 512, 8, "float32", "sdpa", "attention"),
+        (NARROW_MLP, 300, 8, "bfloat16", "sdpa", "attention"),
+        (SMALL, 300, 8, "bfloat16", "eager", "attention"),
+        (WIDE_VOCAB, 4, 4096, "float32", "eager", "decode"),
+        (WIDE_VOCAB, 4, 4096, "bfloat16", "sdpa", "decode"),
+    ],
+)
+def test_bytes_per_sequence_is_the_documented_estimate(config, prompt, response, precision, attn, larger):
+    """Catches any changed number, operator or branch in bytes_per_sequence (the KV cache, eager versus
+    sdpa attention, the MLP, the stream and the mask, the sampler's logit copies, prompt + response,
+    the bf16 size, ESTIMATE_FACTOR): each case makes a different term the one the max() keeps, and the
+    bytes must be exactly the docstring's."""
+    terms = documented_terms(config, prompt, response, {"float32": 4, "bfloat16": 2}[precision], attn == "eager")
+    if larger == "decode":
+        assert terms["decode"] > terms["prefill"]
+    else:
+        assert terms["prefill"] > terms["decode"]
+        other = "mlp" if larger == "attention" else "attention"
+        assert terms[larger] > terms[other]
+    expected = math.ceil(max(terms["prefill"], terms["decode"]) * 1.25)
+    assert rollout.bytes_per_sequence(config, prompt, response, precision, attn) == expected
+
+
+def test_the_qwen_half_b_estimate_is_pinned():
+    """Catches a drift of the calibrated estimate itself (ESTIMATE_FACTOR, SAMPLER_LOGIT_COPIES, any term)
+    on the model it was calibrated on: 67.2 MiB a sequence (the module docstring)."""
+    per_sequence = rollout.bytes_per_sequence(MODELS["Qwen2.5-0.5B-Instruct"], 512, 256, "float32", "eager")
+    assert per_sequence == math.ceil(
+        max(documented_terms({**MODELS["Qwen2.5-0.5B-Instruct"], "head_dim": 64}, 512, 256, 4, True).values()) * 1.25
+    )
+    assert round(per_sequence / 2**20, 1) == 67.2
+
+
+def test_parameter_count_of_untied_embeddings_and_biases():
+    """Catches the untied LM head counted other than once more than the embedding (x1, x3, a division),
+    `tie_word_embeddings` defaulting to tied, and the q/k/v biases counted without Qwen2 (or kept when
+    attention_bias says no). Qwen2.5-7B-Instruct (untied, no tie key needed) has 7,615,616,512 published."""
+    qwen7b = {
+        "model_type": "qwen2",
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "vocab_size": 152064,
+    }
+    assert rollout.model_parameters(qwen7b) == 7_615_616_512
+    assert rollout.model_parameters({**qwen7b, "tie_word_embeddings": False}) == 7_615_616_512
+    assert rollout.model_parameters({**qwen7b, "tie_word_embeddings": True}) == 7_615_616_512 - 152064 * 3584
+    layer = 40 * 4 * 8 + 2 * 40 * 2 * 8 + 4 * 8 * 40 + 3 * 40 * 96 + 2 * 40
+    assert rollout.model_parameters(SMALL) == 2 * layer + 40 + 2 * 1000 * 40
+    bias = (4 + 2 * 2) * 8
+    assert rollout.model_parameters({**SMALL, "model_type": "qwen2"}) == 2 * (layer + bias) + 40 + 2 * 1000 * 40
+    assert rollout.model_parameters({**SMALL, "attention_bias": True}) == 2 * (layer + bias) + 40 + 2 * 1000 * 40
+    assert rollout.model_parameters(
+        {**SMALL, "model_type": "qwen2", "attention_bias": False}
+    ) == rollout.model_parameters(SMALL)
+
+
+def test_architecture_reads_the_shapes_and_refuses_what_is_not_positive():
+    """Catches head_dim derived with true division (a float), the positivity test moved (a 1 refused,
+    a 0 let through), and kv_heads not defaulting to the heads."""
+    shapes = rollout.architecture({**SMALL, "head_dim": None, "hidden_size": 40, "num_attention_heads": 6})
+    assert shapes["head_dim"] == 6 and isinstance(shapes["head_dim"], int)
+    assert rollout.architecture({**SMALL, "num_key_value_heads": None})["kv_heads"] == 4
+    one_layer = rollout.architecture({**SMALL, "num_hidden_layers": 1})
+    assert one_layer["layers"] == 1
+    for key in ("num_hidden_layers", "vocab_size"):
+        for bad in (0, -1):
+            with pytest.raises(AnsibleFilterError, match=key):
+                rollout.architecture({**SMALL, key: bad})
+
+
+def documented_resident(config: dict, precision_bytes: int, gpus: int, critic: bool, reference: bool) -> int:
+    """resident_bytes as the module docstring states it."""
+    params = rollout.model_parameters(config)
+    head = config["vocab_size"] * config["hidden_size"]
+    tied = bool(config.get("tie_word_embeddings"))
+    total = params * 4
+    if critic:
+        total += (params - (0 if tied else head) + config["hidden_size"]) * 4
+    if reference:
+        total += params * precision_bytes
+    if precision_bytes != 4:
+        total += params * precision_bytes
+    if gpus > 1:
+        total = total // gpus + head * (1 if tied else 2) * 4
+    return total
+
+
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+@pytest.mark.parametrize("gpus", [1, 2, 3])
+@pytest.mark.parametrize(("critic", "reference"), [(True, False), (False, True), (True, True), (False, False)])
+def test_resident_bytes_is_the_documented_sum(tied, precision, gpus, critic, reference):
+    """Catches any changed term of resident_bytes: the critic's value head in place of an untied LM head
+    (or of nothing, tied), the reference and the compute copy in bf16 (2 bytes, not 1 or 3, multiplied),
+    FSDP's sharding from 2 GPUs on (floor division), and the root weights gathered whole (x1 tied, x2
+    untied, fp32)."""
+    config = {**SMALL, "tie_word_embeddings": tied}
+    expected = documented_resident(config, {"float32": 4, "bfloat16": 2}[precision], gpus, critic, reference)
+    got = rollout.resident_bytes(config, precision, gpus, critic, reference)
+    assert got == expected and isinstance(got, int)
+
+
+def test_the_defaults_cuda_context_and_margin_set_the_usable_memory():
+    """Catches a changed default cuda_context_mib (1536) or memory_margin (0.2)."""
+    result = rollout.hf_rollout_plan(SMALL, 11536, 64, 8, "float32", "eager", 4)
+    assert result["usable_mib"] == 8000
+    assert result["gpu_memory_mib"] == 11536
+
+
+def test_the_margin_must_be_a_share_in_zero_to_one():
+    """Catches the margin bounds moved: 0 must be allowed, 1 (nothing usable) and a negative share refused
+    with the margin's own message."""
+    assert plan("Qwen2.5-0.5B-Instruct", P40, memory_margin=0)["usable_mib"] == P40 - 1536
+    for margin in (1, 1.5, -0.5, -1):
+        with pytest.raises(AnsibleFilterError, match="share of the card"):
+            plan("Qwen2.5-0.5B-Instruct", P40, memory_margin=margin)
+
+
+def test_per_prompt_mib_is_rounded_to_a_tenth():
+    """Catches per_prompt_mib rounded to another digit or not divided by a MiB."""
+    result = plan("Qwen2.5-0.5B-Instruct", P40)
+    per_prompt = rollout.bytes_per_sequence(MODELS["Qwen2.5-0.5B-Instruct"], 512, 256, "float32", "eager")
+    assert result["per_prompt_mib"] == round(per_prompt / 2**20, 1) == 67.2
+
+
+def fits_exactly_one(model: str, **kwargs) -> int:
+    """The smallest card (MiB) on which `fits` is 1 (read with an override, which never refuses)."""
+    for memory_mib in range(8000, 80000, 8):
+        if plan(model, memory_mib, override=1, **kwargs)["fits"] == 1:
+            return memory_mib
+    raise AssertionError("no card size gives fits == 1")
+
+
+def test_room_for_exactly_one_prompt_gives_micro_batch_one():
+    """Catches the "does not fit" test moved to `fits < 2` or `<= 1`, and the divisor choice made strict
+    (`d < fits`): room for exactly one prompt is a micro-batch of 1, chosen by memory."""
+    card = fits_exactly_one("Qwen2.5-1.5B-Instruct", critic=True, reference=True)
+    result = plan("Qwen2.5-1.5B-Instruct", card, critic=True, reference=True)
+    assert (result["fits"], result["micro_batch_size"], result["chosen_by"]) == (1, 1, "memory")
+
+
+def test_fits_is_never_negative():
+    """Catches fits floored at -1 instead of 0 when the weights alone exceed the card (read with an override)."""
+    result = plan("Qwen2.5-3B-Instruct", 12000, critic=True, reference=True, override=4)
+    assert result["resident_mib"] > result["usable_mib"]
+    assert result["fits"] == 0
+
+
+def test_chosen_by_says_whether_the_batch_or_the_memory_set_the_size():
+    """Catches chosen_by inverted (`not`, `!=`): the whole per-GPU batch is "batch", a smaller divisor "memory"."""
+    assert plan("Qwen2.5-0.5B-Instruct", P40)["chosen_by"] == "batch"
+    assert plan("Qwen2.5-1.5B-Instruct", P40)["chosen_by"] == "memory"
+
+
+def test_override_one_and_zero():
+    """Catches the "no override" values changed: 1 is an override of 1 (not the computed size), 0 means none."""
+    one = plan("Qwen2.5-0.5B-Instruct", P40, override=1)
+    assert (one["micro_batch_size"], one["chosen_by"]) == (1, "override")
+    for none in (0, None, ""):
+        assert plan("Qwen2.5-0.5B-Instruct", P40, override=none)["chosen_by"] == "batch"
+
+
+def test_override_larger_than_the_per_gpu_batch_is_one_chunk():
+    """Catches splits_evenly's "at least one chunk" changed (2 chunks refuse an odd batch, 0 divides by
+    zero): a size above the per-GPU batch is one chunk of the whole batch, as verl runs it."""
+    result = plan("Qwen2.5-0.5B-Instruct", P40, train_batch_size=63, override=100)
+    assert (result["micro_batch_size"], result["val_batch_size"]) == (63, 63)
+    assert rollout.splits_evenly(63, 100) and rollout.splits_evenly(7, 8)
+    assert not rollout.splits_evenly(100, 30)
+
+
+def test_override_validation_batch_covers_every_gpu():
+    """Catches val_batch_size of an override divided by the GPUs instead of multiplied."""
+    result = plan("Qwen2.5-0.5B-Instruct", P40, n_gpus=2, override=8)
+    assert (result["micro_batch_size"], result["val_batch_size"]) == (8, 16)
+
+
+def test_override_refusal_counts_whole_chunks():
+    """Catches the chunk count of the refusal written with true division (3.33 chunks)."""
+    with pytest.raises(AnsibleFilterError, match=r"verl would split 100 prompts per GPU into 3 unequal chunks"):
+        plan("Qwen2.5-0.5B-Instruct", P40, train_batch_size=100, override=30)
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 4.5, "4.5", "x"])
+def test_positive_int_refuses_zero_booleans_and_fractions(value):
+    """Catches _positive_int's guards loosened: 0 (`< 0`, `<= -1`), True (`or` made `and`), 4.5."""
+    with pytest.raises(AnsibleFilterError, match="positive integer"):
+        rollout._positive_int(value, "it")
+
+
+@pytest.mark.parametrize(("value", "number"), [(4, 4), (4.0, 4), ("4", 4), (1, 1)])
+def test_positive_int_takes_whole_numbers(value, number):
+    """Catches a whole float refused (the `not value.is_integer()` turned around)."""
+    assert rollout._positive_int(value, "it") == number
+
+
+def test_card_peak_keeps_the_name_it_was_given():
+    """Catches the unknown card's name replaced by "unknown" (`or` made `and`) while an empty name is "unknown"."""
+    assert rollout.gpu_card_peak(CARDS, "Tesla K80", "float32")["name"] == "Tesla K80"
+    assert rollout.gpu_card_peak(CARDS, "", "float32")["name"] == "unknown"
+    assert rollout.gpu_card_peak(CARDS, None, "float32")["name"] == "unknown"
+
+
+def test_chunks_are_counted_in_whole_numbers_as_verl_does():
+    """Catches splits_evenly counting chunks with true division: 9 prompts at 4 are verl's 2 chunks
+    (9 // 4), which do not split 9, though 9 / 2.25 would; 48 at 40 are one chunk of 48, which always
+    splits (48 % 1.2 is not 0 in floating point)."""
+    assert not rollout.splits_evenly(9, 4)
+    assert rollout.splits_evenly(48, 40) and rollout.splits_evenly(63, 40)
+    with pytest.raises(AnsibleFilterError, match="split 9 prompts per GPU into 2 unequal chunks"):
+        plan("Qwen2.5-0.5B-Instruct", P40, train_batch_size=9, override=4)
+    assert plan("Qwen2.5-0.5B-Instruct", P40, train_batch_size=48, override=40)["micro_batch_size"] == 40
