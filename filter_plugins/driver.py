@@ -3,8 +3,8 @@ and kernel-module flavour drive all of them, whether to install, and how, per OS
 
 Plain functions (tests/unit/test_driver.py calls them without Ansible), exposed as filters:
 
-- ``driver_sysfs_gpus(root)`` / ``driver_lspci_gpus(text)``: the NVIDIA display devices (PCI class
-  0x03xx) on the bus, each with its architecture from ``NVIDIA_GPUS``; an id not in the table has
+- ``driver_pci_gpus(devices)``: the NVIDIA display devices (PCI class 0x03xx) that the
+  ``driver_info`` module read from the host's sysfs, each with its architecture from ``NVIDIA_GPUS``; an id not in the table has
   ``arch: None`` and is reported, never guessed.
 - ``driver_choice(gpus, branch, flavour)``: the newest branch every card supports (R580 where a
   Maxwell, Pascal or Volta card is present), and the proprietary flavour wherever a card older
@@ -23,7 +23,6 @@ needs 520.61.05 or newer.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from typing import Any
@@ -558,44 +557,16 @@ def _gpu(address: str, vendor: int, device: int, pci_class: int, driver: str | N
     return entry
 
 
-def sysfs_gpus(root: str = "/") -> list[dict[str, Any]]:
-    """The NVIDIA display devices (class 0x03xx) under <root>/sys/bus/pci/devices, by address.
-
-    Each entry: address, id (10de:xxxx), device, name, arch (None: not in the table), class and the
-    kernel driver bound to it (nouveau, nvidia, vfio-pci, or None)."""
-    base = os.path.join(root, "sys", "bus", "pci", "devices")
+def pci_gpus(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The NVIDIA display devices (class 0x03xx) of driver_info's `devices` (address, vendor, device,
+    class, driver), by address. Each entry: address, id (10de:xxxx), device, name, arch (None: not in
+    the table), class and the kernel driver bound to it (nouveau, nvidia, vfio-pci, or None)."""
     found = []
-    for address in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        path = os.path.join(base, address)
-        try:
-            fields = {}
-            for name in ("vendor", "device", "class"):
-                with open(os.path.join(path, name)) as handle:
-                    fields[name] = int(handle.read().strip(), 16)
-        except (OSError, ValueError):
+    for entry in sorted(devices or [], key=lambda item: str(item.get("address"))):
+        vendor, pci_class = int(entry.get("vendor", 0)), int(entry.get("class", 0))
+        if vendor != NVIDIA_VENDOR or pci_class >> 16 != DISPLAY_CLASS:
             continue
-        if fields["vendor"] != NVIDIA_VENDOR or fields["class"] >> 16 != DISPLAY_CLASS:
-            continue
-        link = os.path.join(path, "driver")
-        driver = os.path.basename(os.readlink(link)) if os.path.islink(link) else None
-        found.append(_gpu(address, fields["vendor"], fields["device"], fields["class"], driver))
-    return found
-
-
-LSPCI_LINE = re.compile(
-    r"^(?P<address>[0-9a-fA-F:.]+) .*?\[(?P<cls>[0-9a-fA-F]{4})\]: .*\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]"
-)
-
-
-def lspci_gpus(text: str) -> list[dict[str, Any]]:
-    """The same list from `lspci -Dnn` (or `lspci -nn`) output."""
-    found = []
-    for line in str(text or "").splitlines():
-        match = LSPCI_LINE.match(line.strip())
-        if not match or int(match["vendor"], 16) != NVIDIA_VENDOR or int(match["cls"], 16) >> 8 != DISPLAY_CLASS:
-            continue
-        address = match["address"] if match["address"].count(":") == 2 else "0000:" + match["address"]
-        found.append(_gpu(address.lower(), NVIDIA_VENDOR, int(match["device"], 16), int(match["cls"], 16) << 8))
+        found.append(_gpu(str(entry["address"]), vendor, int(entry["device"]), pci_class, entry.get("driver")))
     return found
 
 
@@ -761,7 +732,7 @@ def driver_plan(
         if not entry.get("sha256") or not entry.get("url") or pinned is None:
             problems.append(
                 "driver_source runfile: the manifest entry %s (version, file, url, sha256 of NVIDIA's R%d"
-                " .run installer) is not pinned yet; pin it in stack_artifacts, or use driver_source: distro%s"
+                " .run installer) is not pinned yet; pin it in stack_artifact_overrides, or use driver_source: distro%s"
                 % (RUNFILE_ARTIFACT, int(branch), " (Ubuntu's packages)" if distribution == "ubuntu" else "")
             )
         elif pinned[0] != int(branch):
@@ -870,8 +841,12 @@ def driver_decision(
             message += "\nBeware:\n- " + "\n- ".join(problems)
         return dict(result, action="stop", reason=why, message=message)
     if problems:
-        message = "The driver layer cannot install a driver here:\n- " + "\n- ".join(problems)
-        return dict(result, action="stop", reason=problems[0], message=message)
+        why = why or "driver_install: always"
+        message = "%s; the driver layer cannot install one here:\n- %s" % (
+            why[0].upper() + why[1:],
+            "\n- ".join(problems),
+        )
+        return dict(result, action="stop", reason=why, message=message)
     reason = why or "driver_install: always (driver %s is replaced by R%s)" % (installed.get("version"), plan["branch"])
     return dict(result, action="install", reason=reason)
 
@@ -881,7 +856,7 @@ def driver_after_install(
 ) -> dict[str, Any]:
     """After the install: load the module, reboot, or stop.
 
-    gpus: driver_sysfs_gpus again (each card's bound kernel driver); loaded: the version of the nvidia
+    gpus: driver_pci_gpus again (each card's bound kernel driver); loaded: the version of the nvidia
     module the running kernel has (/sys/module/nvidia/version), None where none; installed: the
     version just installed; reboot: driver_reboot. A card bound to nouveau, or another nvidia module
     loaded, needs a reboot: with driver_reboot the layer reboots, else it stops with AGAIN (and
@@ -904,17 +879,47 @@ def driver_after_install(
     }
 
 
+def driver_secure_boot(plan: dict[str, Any], state: str, key: str = "", cert: str = "") -> dict[str, Any]:
+    """What Secure Boot asks of the install: nothing (off, or Canonical's signed prebuilt modules),
+    the signing arguments for NVIDIA's installer (driver_mok_key and driver_mok_cert, a key pair whose
+    certificate the firmware trusts), or a stop with the steps to make and enrol one. state:
+    driver_info's secure_boot (enabled, disabled, unknown: treated as off, and said so)."""
+    if state != "enabled" or plan.get("modules") == "prebuilt":
+        return {"action": "none", "args": [], "message": ""}
+    if key and cert and plan.get("method") == "runfile":
+        return {
+            "action": "sign",
+            "args": ["--module-signing-secret-key=" + key, "--module-signing-public-key=" + cert],
+            "message": "",
+        }
+    if key and cert:
+        why = (
+            "driver_source distro builds the modules with DKMS, which signs them with its own key"
+            " (/var/lib/dkms/mok.key, or mok_signing_key in /etc/dkms/framework.conf): point DKMS at your"
+            " key pair there, enrol its certificate, and set driver_mok_key and driver_mok_cert to ''"
+        )
+    else:
+        why = (
+            "the modules this install builds are not signed by a key the firmware trusts, so the kernel"
+            " would refuse them. Make a key pair (openssl req -new -x509 -newkey rsa:2048 -nodes -days 36500"
+            " -subj '/CN=verl-p40 module signing/' -keyout /root/mok.key -outform DER -out /root/mok.der),"
+            " enrol it (sudo mokutil --import /root/mok.der, then reboot and confirm it at the console),"
+            " then set driver_mok_key: /root/mok.key and driver_mok_cert: /root/mok.der"
+        )
+    return {"action": "stop", "args": [], "message": "Secure Boot is on, and " + why + "."}
+
+
 class FilterModule:
     """The driver layer's decisions."""
 
     def filters(self) -> dict[str, Any]:
         return {
             "driver_gpu_arch": gpu_arch,
-            "driver_sysfs_gpus": sysfs_gpus,
-            "driver_lspci_gpus": lspci_gpus,
+            "driver_pci_gpus": pci_gpus,
             "driver_choice": driver_choice,
             "driver_source": driver_source,
             "driver_plan": driver_plan,
             "driver_decision": driver_decision,
             "driver_after_install": driver_after_install,
+            "driver_secure_boot": driver_secure_boot,
         }

@@ -28,7 +28,13 @@ def assert_nothing_built(host) -> None:
     directory left behind by a run that went past the system layers."""
     paths = stack_paths()
     listing = host.sh("ls -A %s 2>/dev/null || true" % paths["stack_state_dir"]).stdout.split()
-    assert [name for name in listing if name != "preflight.json"] == [], "layer state written: %s" % listing
+    assert [name for name in listing if name not in ("preflight.json", "driver.json")] == [], (
+        "layer state written: %s" % listing
+    )
+    # The driver layer, which runs first, found no NVIDIA GPU on the container's bus and changed nothing
+    # (tests/infra/test_driver.py holds that): a stop of another layer leaves that record alone.
+    if "driver.json" in listing:
+        assert host.state("driver")["details"]["action"] == "none"
     written = [path for name, path in paths.items() if name != "stack_state_dir" and host.exists(path)]
     assert written == [], "written: %s" % written
 
@@ -61,6 +67,81 @@ def test_p40_selects_the_pascal_profile(host):
     assert run.returncode == 0, run.output
     assert "1 x Tesla P40 (cc 6.1, 24576 MiB), driver 535.183.01; profile pascal" in run.output
     assert host.state("preflight")["inputs"]["profile"] == "pascal"
+
+
+# The driver layer reads the bus under driver_host_root: a stand-in tree of sysfs entries.
+BUS = "/srv/verl-p40-fixtures/bus"
+
+
+def plant_bus(host, device: str = "0x1b38", loaded: str | None = None) -> None:
+    """One NVIDIA 3D controller (a P40 by default) on the stand-in bus, unbound; an nvidia module
+    of version `loaded` in the running kernel, where given."""
+    card = BUS + "/sys/bus/pci/devices/0000:03:00.0"
+    lines = [
+        "rm -rf %s && mkdir -p %s" % (BUS, card),
+        "echo 0x10de > %s/vendor && echo %s > %s/device && echo 0x030200 > %s/class" % (card, device, card, card),
+    ]
+    if loaded:
+        lines.append("mkdir -p %s/sys/module/nvidia && echo %s > %s/sys/module/nvidia/version" % (BUS, loaded, BUS))
+    host.sh(" && ".join(lines))
+
+
+def test_the_driver_layer_under_never_stops_with_the_steps(host):
+    plant_bus(host)
+    run = host.play("--tags", "driver", driver_host_root=BUS, driver_install="never")
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert "GP102GL [Tesla P40]: pascal; stop: no NVIDIA driver is installed" in out
+    assert (
+        "driver_install: never, and no NVIDIA driver is installed. Install R580 (proprietary modules) yourself" in out
+    )
+    assert "sudo apt-get install -y linux-headers-" in out and "--silent --dkms -m=kernel" in out
+    assert_nothing_built(host)
+    assert not host.exists("/etc/modprobe.d/verl-p40-nouveau.conf")
+
+
+def test_a_590_driver_on_a_p40_is_named_and_an_unpinned_runfile_refused(host):
+    """NVIDIA's newest driver does not see a P40: auto would replace it, and says why it cannot yet
+    (the R580 runfile is not pinned in the manifest; Debian's R535 packages are the other way)."""
+    plant_bus(host, loaded="590.44.01")
+    run = host.play("--tags", "driver", driver_host_root=BUS)
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert "driver 590.44.01 cannot drive GP102GL [Tesla P40] (10de:1b38): R580 is the last branch for Pascal" in out
+    assert "Driver 590.44.01 cannot drive GP102GL [Tesla P40] (10de:1b38): R580 is the last branch for Pascal;" in out
+    assert "the driver layer cannot install one here" in out
+    assert "nvidia_driver_runfile" in out and "is not pinned yet" in out and "driver_source: distro" in out
+    assert_nothing_built(host)
+
+
+def test_an_unknown_card_is_reported_not_guessed(host):
+    plant_bus(host, device="0x2330")
+    run = host.play("--tags", "driver", driver_host_root=BUS)
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert "NVIDIA device 10de:2330 is not in the driver layer's table" in out
+    assert "set driver_install: never" in out
+    assert_nothing_built(host)
+
+
+def test_a_runfile_under_another_sha256_is_refused(host):
+    """Pinned, but the file the mirror serves is not the pinned one: nothing is installed."""
+    plant_bus(host)
+    overrides = ci_overrides(host)
+    standin = host.standins["standin_artifacts"]["cuda_runfile"]
+    overrides["nvidia_driver_runfile"] = {
+        "version": "580.105.08",
+        "file": standin["file"],
+        "url": "https://downloads.invalid/" + standin["file"],
+        "sha256": "0" * 64,
+    }
+    run = host.play("--tags", "driver", driver_host_root=BUS, stack_artifact_overrides=overrides)
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert "expected sha256 " + "0" * 64 in out and "got " + standin["sha256"] in out
+    assert_nothing_built(host)
+    assert host.state("driver")["details"]["action"] == "none"
+    assert host.sh("dpkg -l 'linux-headers-*' 2>/dev/null | grep -c ^ii || true").stdout.strip() == "0"
 
 
 TWO_P40_SMI = r"""#!/bin/sh

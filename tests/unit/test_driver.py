@@ -20,6 +20,9 @@ EXCERPT = Path(__file__).resolve().parent / "samples" / "pci.ids" / "nvidia-2023
 _spec = importlib.util.spec_from_file_location("driver_filters", ROOT / "filter_plugins" / "driver.py")
 driver = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(driver)
+_spec = importlib.util.spec_from_file_location("driver_info", ROOT / "library" / "driver_info.py")
+driver_info = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(driver_info)
 
 UBUNTU = {"distribution": "Ubuntu", "version": "22.04", "kernel": "5.15.0-91-generic"}
 DEBIAN = {"distribution": "Debian", "version": "12.8", "kernel": "6.1.0-28-amd64"}
@@ -152,33 +155,26 @@ def fake_device(root: Path, address: str, vendor: str, device: str, pci_class: s
 
 
 def test_sysfs_lists_the_nvidia_display_devices(tmp_path: Path):
+    """library/driver_info.py reads the bus on the host; driver_pci_gpus names each card on the controller."""
     fake_device(tmp_path, "0000:03:00.0", "0x10de", "0x1b38", "0x030200", bound="nouveau")
     fake_device(tmp_path, "0000:04:00.0", "0x10de", "0x2330", "0x030200")
     fake_device(tmp_path, "0000:05:00.0", "0x10de", "0x1c82", "0x030000", bound="nvidia")
     fake_device(tmp_path, "0000:05:00.1", "0x10de", "0x0fb9", "0x040300")  # the card's audio function
     fake_device(tmp_path, "0000:00:02.0", "0x8086", "0x3e92", "0x030000")  # an Intel GPU
-    found = driver.sysfs_gpus(str(tmp_path))
+    fake_device(tmp_path, "0000:06:00.0", "0x10de", "not-hex", "0x030000")  # unreadable: skipped
+    devices = driver_info.pci_devices(str(tmp_path))
+    assert [device["address"] for device in devices] == ["0000:03:00.0", "0000:04:00.0", "0000:05:00.0"]
+    found = driver.pci_gpus(devices)
     assert [(gpu["address"], gpu["id"], gpu["arch"], gpu["driver"]) for gpu in found] == [
         ("0000:03:00.0", "10de:1b38", "pascal", "nouveau"),
         ("0000:04:00.0", "10de:2330", None, None),
         ("0000:05:00.0", "10de:1c82", "pascal", "nvidia"),
     ]
     assert found[0]["name"] == "GP102GL [Tesla P40]" and found[0]["class"] == "0x030200"
-    assert driver.sysfs_gpus(str(tmp_path / "none")) == []
-
-
-def test_lspci_output_gives_the_same_list():
-    text = (
-        "0000:00:02.0 VGA compatible controller [0300]: Intel Corporation UHD Graphics 630 [8086:3e92]\n"
-        "0000:03:00.0 3D controller [0302]: NVIDIA Corporation GP102GL [Tesla P40] [10de:1b38] (rev a1)\n"
-        "04:00.0 VGA compatible controller [0300]: NVIDIA Corporation TU104GL [Tesla T4] [10de:1eb8] (rev a1)\n"
-        "04:00.1 Audio device [0403]: NVIDIA Corporation TU104 HD Audio Controller [10de:10f8] (rev a1)\n"
-    )
-    found = driver.lspci_gpus(text)
-    assert [(gpu["address"], gpu["arch"], gpu["class"]) for gpu in found] == [
-        ("0000:03:00.0", "pascal", "0x030200"),
-        ("0000:04:00.0", "turing", "0x030000"),
-    ]
+    assert driver_info.pci_devices(str(tmp_path / "none")) == []
+    # The filter holds to NVIDIA's display class itself too (an audio function, another vendor).
+    assert driver.pci_gpus([{"address": "a", "vendor": 0x10DE, "device": 0x0FB9, "class": 0x040300}]) == []
+    assert driver.pci_gpus([{"address": "a", "vendor": 0x8086, "device": 0x3E92, "class": 0x030000}]) == []
 
 
 # --- branch and flavour --------------------------------------------------------------------------
@@ -354,3 +350,101 @@ def test_nouveau_or_another_module_loaded_needs_a_reboot():
     assert old["action"] == "stop" and "nvidia module 590.44.01 loaded" in old["message"]
     assert driver.driver_after_install(cards(0x1B38), None, "580.105.08")["action"] == "load"
     assert driver.driver_after_install(cards(0x1B38), "580.105.08", "580.105.08")["action"] == "none"
+
+
+# --- what the host has (library/driver_info.py) --------------------------------------------------
+
+
+def program(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_loaded_module_its_flavour_and_the_one_on_disk(tmp_path: Path):
+    modinfo = program(
+        tmp_path / "modinfo",
+        'case "$2" in version) echo 580.105.08;; license) echo "${LICENSE:-NVIDIA}";; esac\n',
+    )
+    # Nothing loaded, nothing on disk (modinfo fails for a module it cannot find).
+    missing = program(tmp_path / "modinfo-none", "echo 'modinfo: ERROR: Module nvidia not found.' >&2; exit 1\n")
+    assert driver_info.module_state(str(tmp_path), missing) == {"loaded": None, "on_disk": None, "flavour": None}
+    assert driver_info.module_state(str(tmp_path), "") == {"loaded": None, "on_disk": None, "flavour": None}
+    # On disk, not loaded: the flavour from the module's licence (the open modules are MIT/GPL).
+    assert driver_info.module_state(str(tmp_path), modinfo) == {
+        "loaded": None,
+        "on_disk": "580.105.08",
+        "flavour": "proprietary",
+    }
+    # Loaded: /proc/driver/nvidia/version names the open modules.
+    (tmp_path / "sys" / "module" / "nvidia").mkdir(parents=True)
+    (tmp_path / "sys" / "module" / "nvidia" / "version").write_text("590.44.01\n")
+    proc = tmp_path / "proc" / "driver" / "nvidia"
+    proc.mkdir(parents=True)
+    (proc / "version").write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  590.44.01  Release Build\n")
+    assert driver_info.module_state(str(tmp_path), "") == {"loaded": "590.44.01", "on_disk": None, "flavour": "open"}
+    (proc / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.105.08  Wed Oct 29 2025\n")
+    assert driver_info.module_state(str(tmp_path), "")["flavour"] == "proprietary"
+
+
+def test_nvidia_smi_working_failing_and_missing(tmp_path: Path):
+    two = program(
+        tmp_path / "smi-two",
+        'test "$1" = --query-gpu=driver_version,pci.bus_id,name,memory.total,ecc.mode.current || exit 2\n'
+        'test "$2" = --format=csv,noheader,nounits || exit 2\n'
+        "echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled'\n"
+        "echo '580.105.08, 00000000:04:00.0, Tesla P100-PCIE-16GB, 16384, Disabled'\n"
+        "echo 'a line that is not a card'\n",
+    )
+    assert driver_info.smi_state(two) == {
+        "rc": 0,
+        "driver_version": "580.105.08",
+        "gpus": 2,
+        "cards": [
+            {"bus_id": "00000000:03:00.0", "name": "Tesla P40", "memory_mib": 22919, "ecc": "Enabled"},
+            {"bus_id": "00000000:04:00.0", "name": "Tesla P100-PCIE-16GB", "memory_mib": 16384, "ecc": "Disabled"},
+        ],
+        "error": "",
+    }
+    # A 590 driver on a P40: the driver answers, but sees no card.
+    none = program(tmp_path / "smi-none", "echo 'No devices were found'; exit 6\n")
+    assert driver_info.smi_state(none) == {
+        "rc": 6,
+        "driver_version": None,
+        "gpus": 0,
+        "cards": [],
+        "error": "No devices were found",
+    }
+    assert driver_info.smi_state(str(tmp_path / "absent"))["rc"] == 127
+    assert driver_info.smi_state("no-such-nvidia-smi-on-path")["rc"] == 127
+
+
+def test_secure_boot_from_mokutil_and_efi(tmp_path: Path):
+    assert driver_info.secure_boot(str(tmp_path), "mokutil") == "disabled"  # no EFI: legacy boot
+    (tmp_path / "sys" / "firmware" / "efi").mkdir(parents=True)
+    on = program(tmp_path / "mok-on", "echo 'SecureBoot enabled'\n")
+    off = program(tmp_path / "mok-off", "echo 'SecureBoot disabled'\n")
+    odd = program(tmp_path / "mok-odd", "echo 'EFI variables are not supported on this system' >&2; exit 1\n")
+    assert driver_info.secure_boot(str(tmp_path), on) == "enabled"
+    assert driver_info.secure_boot(str(tmp_path), off) == "disabled"
+    assert driver_info.secure_boot(str(tmp_path), odd) == "unknown"
+    assert driver_info.secure_boot(str(tmp_path), "") == "unknown"
+
+
+def test_secure_boot_signs_with_the_users_key_or_stops_with_the_steps():
+    runfile = driver.driver_plan(DEBIAN, "runfile", runfile=RUNFILE)
+    distro = driver.driver_plan(DEBIAN, "distro")
+    prebuilt = driver.driver_plan(UBUNTU, "distro", prebuilt=True)
+    assert driver.driver_secure_boot(runfile, "disabled")["action"] == "none"
+    assert driver.driver_secure_boot(runfile, "unknown")["action"] == "none"
+    # Canonical's prebuilt modules are signed by a key the firmware already trusts.
+    assert driver.driver_secure_boot(prebuilt, "enabled")["action"] == "none"
+    signed = driver.driver_secure_boot(runfile, "enabled", "/root/mok.key", "/root/mok.der")
+    assert signed["action"] == "sign"
+    assert signed["args"] == ["--module-signing-secret-key=/root/mok.key", "--module-signing-public-key=/root/mok.der"]
+    stop = driver.driver_secure_boot(runfile, "enabled")
+    assert stop["action"] == "stop" and "mokutil --import" in stop["message"] and "driver_mok_key" in stop["message"]
+    # A key alone is not a pair.
+    assert driver.driver_secure_boot(runfile, "enabled", "/root/mok.key")["action"] == "stop"
+    dkms = driver.driver_secure_boot(distro, "enabled", "/root/mok.key", "/root/mok.der")
+    assert dkms["action"] == "stop" and "/etc/dkms/framework.conf" in dkms["message"]

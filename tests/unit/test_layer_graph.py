@@ -146,7 +146,7 @@ def test_the_layer_graph_is_declared_once():
 
 def test_every_layer_has_a_stage_and_requires_earlier_layers():
     layers = _load(REPO, STACK)["stack_layers"]
-    assert [layer["name"] for layer in layers][:3] == ["preflight", "cuda", "cudnn"]
+    assert [layer["name"] for layer in layers][:3] == ["driver", "preflight", "cuda"]
     assert {layer["stage"] for layer in layers} == {"setup", "system", "python", "train"}
     assert requires_of(layers[-1]) == ["patch", "model"]
 

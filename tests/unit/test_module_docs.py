@@ -188,6 +188,24 @@ def disk_space_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict
     return run_tasks("disk_space", [{"disk_space": args}, {"disk_space": args, "check_mode": True}], tmp_path)
 
 
+def driver_info_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict]:
+    """A stand-in tree with a P40 bound to nvidia, its module loaded and EFI on; a stand-in nvidia-smi."""
+    device = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:03:00.0"
+    device.mkdir(parents=True)
+    for name, value in (("vendor", "0x10de"), ("device", "0x1b38"), ("class", "0x030200")):
+        (device / name).write_text(value + "\n")
+    (tmp_path / "sys" / "bus" / "pci" / "drivers" / "nvidia").mkdir(parents=True)
+    (device / "driver").symlink_to(tmp_path / "sys" / "bus" / "pci" / "drivers" / "nvidia")
+    (tmp_path / "sys" / "module" / "nvidia").mkdir(parents=True)
+    (tmp_path / "sys" / "module" / "nvidia" / "version").write_text("580.105.08\n")
+    (tmp_path / "sys" / "firmware" / "efi").mkdir(parents=True)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled'\n")
+    smi.chmod(0o755)
+    args = {"root": str(tmp_path), "nvidia_smi": str(smi), "modinfo": "", "mokutil": ""}
+    return run_tasks("driver_info", [{"driver_info": args}, {"driver_info": args, "check_mode": True}], tmp_path)
+
+
 def host_lock_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict]:
     lock = str(tmp_path / "run.lock")
     run_a = {"id": "run-a", "controller": "ctl", "pid": 4242, "user": "alice", "started": "2026-12-01T00:00:00Z"}
@@ -272,6 +290,7 @@ def stack_wait_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict
 
 RUNS: dict[str, Callable[[Path, pytest.FixtureRequest], list[dict]]] = {
     "disk_space": disk_space_runs,
+    "driver_info": driver_info_runs,
     "host_lock": host_lock_runs,
     "layer_state": layer_state_runs,
     "stack_take": stack_take_runs,

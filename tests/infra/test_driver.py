@@ -1,0 +1,49 @@
+"""The driver layer: every NVIDIA GPU on the PCI bus driven by the recorded driver, or none to drive.
+
+In CI's containers the bus has no NVIDIA device: the record says so and the layer changed nothing
+(no blacklist, no held package). On a GPU host (molecule -s p40) nvidia-smi lists every card the
+bus has, under the recorded branch, with the proprietary modules where a card older than Turing is.
+"""
+
+# NVIDIA (0x10de) display devices (class 0x03xx) on the bus, as the layer's driver_info reads them.
+BUS = (
+    "for d in /sys/bus/pci/devices/*; do "
+    'v=$(cat "$d/vendor" 2>/dev/null); c=$(cat "$d/class" 2>/dev/null); '
+    'case "$v:$c" in 0x10de:0x03*) echo "${d##*/}";; esac; done'
+)
+
+
+def test_the_record_names_every_nvidia_gpu_on_the_bus(host, layer_state):
+    record = layer_state("driver")
+    on_bus = host.run(BUS).stdout.split()
+    assert sorted(gpu["address"] for gpu in record["details"]["gpus"]) == sorted(on_bus)
+    assert record["details"]["reboot_pending"] is False
+
+
+def test_no_gpu_no_change(host, layer_state, stack):
+    record = layer_state("driver")
+    if record["details"]["gpus"]:
+        return
+    assert record["details"]["action"] == "none"
+    assert record["details"]["reason"] == "no NVIDIA display device on the PCI bus"
+    assert not host.file("/etc/modprobe.d/verl-p40-nouveau.conf").exists
+    held = host.run("apt-mark showhold").stdout.split()
+    assert [name for name in held if "nvidia" in name] == []
+
+
+def test_every_card_is_driven_by_the_recorded_driver(host, layer_state):
+    record = layer_state("driver")
+    gpus = record["details"]["gpus"]
+    if not gpus:
+        return
+    smi = host.run("nvidia-smi --query-gpu=pci.bus_id,driver_version --format=csv,noheader")
+    assert smi.rc == 0, smi.stdout + smi.stderr
+    rows = [line.split(", ") for line in smi.stdout.strip().splitlines()]
+    assert len(rows) == len(gpus)
+    assert {version for _, version in rows} == {record["version"]}
+    if record["details"]["action"] == "install":
+        assert record["version"].split(".")[0] == str(record["details"]["branch"])
+    if any(gpu["arch"] in ("kepler", "maxwell", "pascal", "volta") for gpu in gpus):
+        proc = host.file("/proc/driver/nvidia/version").content_string
+        assert "Open Kernel Module" not in proc
+    assert "nouveau" not in host.run("cat /proc/modules").stdout.split()
