@@ -76,6 +76,7 @@ images: setup host-check  ## local Debian 12/11 images for Molecule (debootstrap
 
 standins: setup  ## stand-ins for the downloads CI cannot reach (NVIDIA, conda-forge, GitHub)
 	$(BIN)/python tests/fixtures/standins.py build --out $(STANDINS)
+	$(BIN)/python tests/fixtures/standin_driver.py build --out $(STANDINS)
 	$(BIN)/python tests/fixtures/standins_python.py build --out $(PY_STANDINS)
 
 stack-image: images standins  ## molecule test -s default (Debian 12: every layer converged, idempotent, verified), kept as STACK_IMAGE

@@ -59,6 +59,22 @@ def progress_line(label: str, elapsed: float, size: int | None, last: str) -> st
     return ", ".join(parts)
 
 
+# Exits 0 once no process runs `async_wrapper.py <jid prefix> ...` ($1), else after 60 looks 0.25 s apart.
+WRAPPER_GONE = """
+i=0
+while [ "$i" -lt 60 ]; do
+  alive=''
+  for f in /proc/[0-9]*/cmdline; do
+    case "$(tr '\\0' ' ' < "$f" 2>/dev/null)" in *"async_wrapper.py $1 "*) alive=1; break ;; esac
+  done
+  [ -n "$alive" ] || exit 0
+  sleep 0.25
+  i=$((i + 1))
+done
+exit 1
+"""
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     # Check mode: the async job was skipped, so there is nothing to wait for (the task reports skipped).
@@ -98,6 +114,7 @@ class ActionModule(ActionBase):
                 display.display("  %s | %s" % (host, line) if host else "  " + line, stderr=True)
             time.sleep(min(POLL, args["every"]))
         self._status(args["jid"], task_vars, mode="cleanup")
+        self._wrapper_gone(args["jid"], task_vars)
         result.update({key: status[key] for key in RESULT_KEYS if key in status})
         result["changed"] = bool(status.get("changed", False))
         if status.get("skipped"):
@@ -116,6 +133,13 @@ class ActionModule(ActionBase):
             module_args={"jid": jid, "mode": mode, "_async_dir": async_dir},
             task_vars=task_vars,
         )
+
+    def _wrapper_gone(self, jid: str, task_vars) -> None:
+        """Wait (15 s at most) for the job's async_wrapper to exit: it outlives the job by up to 5 s
+        (it polls the job every 5 s) and carries the run's VERL_P40_RUN, so a run that ended on this
+        job (a failed download, say) would leave the host lock held, "its steps still run", for the
+        user's immediate rerun."""
+        self._run(["sh", "-c", WRAPPER_GONE, "stack_wait", jid.split(".")[0]], task_vars)
 
     def _run(self, argv: list[str], task_vars) -> str:
         done = self._execute_module(

@@ -658,7 +658,8 @@ def driver_plan(
 ) -> dict[str, Any]:
     """How to install the driver on this OS.
 
-    facts: distribution, version (ansible_distribution_version) and kernel (uname -r).
+    facts: distribution, version (ansible_distribution_version), kernel (the release to build for:
+    driver_kernel, else the running one) and running_kernel (uname -r; absent: kernel).
     runfile: the manifest entry RUNFILE_ARTIFACT (version, file, url, sha256), for the runfile source.
     prebuilt: Ubuntu: whether Canonical's signed modules for the running kernel exist
     (linux-modules-nvidia-<branch>-server-<kernel>; apt-cache policy says); None: not asked yet.
@@ -728,6 +729,10 @@ def driver_plan(
             "version": str(entry.get("version", "")),
             "args": ["--silent", "--dkms", "-m=" + ("kernel-open" if flavour == "open" else "kernel")],
         }
+        running = str(facts.get("running_kernel") or kernel)
+        if kernel and kernel != running:
+            # NVIDIA's installer builds for the running kernel unless told (-k, --kernel-name).
+            plan["runfile"]["args"].append("--kernel-name=" + kernel)
         pinned = _version(entry.get("version"))
         if not entry.get("sha256") or not entry.get("url") or pinned is None:
             problems.append(
@@ -852,17 +857,25 @@ def driver_decision(
 
 
 def driver_after_install(
-    gpus: list[dict[str, Any]], loaded: str | None, installed: str, reboot: bool = False
+    gpus: list[dict[str, Any]],
+    loaded: str | None,
+    installed: str,
+    reboot: bool = False,
+    kernel: str = "",
+    running: str = "",
 ) -> dict[str, Any]:
     """After the install: load the module, reboot, or stop.
 
     gpus: driver_pci_gpus again (each card's bound kernel driver); loaded: the version of the nvidia
     module the running kernel has (/sys/module/nvidia/version), None where none; installed: the
-    version just installed; reboot: driver_reboot. A card bound to nouveau, or another nvidia module
+    version just installed; reboot: driver_reboot; kernel: the kernel it was built for (driver_kernel),
+    running: the running one. A kernel not running, a card bound to nouveau, or another nvidia module
     loaded, needs a reboot: with driver_reboot the layer reboots, else it stops with AGAIN (and
     records the layer as waiting for it)."""
     nouveau = sorted(gpu["address"] for gpu in gpus if gpu.get("driver") == "nouveau")
-    if nouveau:
+    if kernel and running and kernel != running:
+        why = "it was built for the kernel %s and the running kernel is %s" % (kernel, running)
+    elif nouveau:
         why = "nouveau drives %s" % ", ".join(nouveau)
     elif loaded and _version(loaded) != _version(installed):
         why = "the running kernel has the nvidia module %s loaded, not %s" % (loaded, installed)

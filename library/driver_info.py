@@ -37,6 +37,11 @@ options:
     description: The mokutil to run; an empty string skips it.
     type: str
     default: mokutil
+  kernel:
+    description:
+      - The kernel release whose modules O(modinfo) looks in (its -k); empty, the running one.
+    type: str
+    default: ""
 extends_documentation_fragment:
   - action_common_attributes
 attributes:
@@ -76,7 +81,7 @@ module:
   returned: always
   contains:
     loaded: {description: The version the running kernel has loaded, or null., type: str, sample: "580.105.08"}
-    on_disk: {description: The version modinfo finds for the running kernel, or null., type: str, sample: "580.105.08"}
+    on_disk: {description: The version modinfo finds for O(kernel), or null., type: str, sample: "580.105.08"}
     flavour: {description: open or proprietary where known, else null., type: str, sample: proprietary}
 nvidia_smi:
   description: What nvidia-smi said.
@@ -173,7 +178,7 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-def module_state(root: str, modinfo: str) -> dict:
+def module_state(root: str, modinfo: str, kernel: str = "") -> dict:
     loaded = (_read(os.path.join(root, "sys", "module", "nvidia", "version")) or "").strip() or None
     proc = _read(os.path.join(root, "proc", "driver", "nvidia", "version")) or ""
     flavour = None
@@ -181,10 +186,11 @@ def module_state(root: str, modinfo: str) -> dict:
         flavour = "open" if "Open Kernel Module" in proc else "proprietary"
     on_disk = None
     if modinfo:
-        rc, out, _ = _run([modinfo, "-F", "version", "nvidia"])
+        at = ["-k", kernel] if kernel else []
+        rc, out, _ = _run([modinfo, *at, "-F", "version", "nvidia"])
         on_disk = (out.strip() or None) if rc == 0 else None
         if flavour is None and on_disk:
-            rc, out, _ = _run([modinfo, "-F", "license", "nvidia"])
+            rc, out, _ = _run([modinfo, *at, "-F", "license", "nvidia"])
             license_ = out.strip() if rc == 0 else ""
             flavour = "open" if "MIT" in license_ else ("proprietary" if license_ else None)
     return {"loaded": loaded, "on_disk": on_disk, "flavour": flavour}
@@ -244,11 +250,12 @@ def run_module() -> None:
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "modinfo": {"type": "str", "default": "modinfo"},
             "mokutil": {"type": "str", "default": "mokutil"},
+            "kernel": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     root = module.params["root"]
-    kernel_module = module_state(root, module.params["modinfo"])
+    kernel_module = module_state(root, module.params["modinfo"], module.params["kernel"])
     smi = smi_state(module.params["nvidia_smi"])
     installed = {
         "version": smi["driver_version"] or kernel_module["loaded"] or kernel_module["on_disk"],

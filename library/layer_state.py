@@ -84,11 +84,12 @@ options:
   update_details:
     description:
       - With O(state=present) and O(built=false) (nothing was built, the inputs are the recorded
-        ones), record O(details) in place of the recorded details. Without it a confirm keeps the
+        ones), record O(details) and O(version) in place of the recorded ones. Without it a confirm keeps the
         record as it was, details included. The fingerprint and build time stay either way, so
         no layer that requires this one rebuilds.
       - For settings a layer applies without a rebuild (the mirrors the conda layer writes into
-        its config files), whose digest in the details says what the files were written with.
+        its config files), whose digest in the details says what the files were written with, and
+        for a layer that records what it finds (the driver layer, a driver kept or changed by hand).
     type: bool
     default: false
   run:
@@ -609,6 +610,7 @@ def main() -> None:
         )
         if unchanged and p["update_details"]:
             record["details"] = json.loads(json.dumps(p["details"], sort_keys=True))
+            record["version"] = p["version"]
         record["files"] = file_facts(files)
         result["changed"] = record != previous
         result["fingerprint"] = record["fingerprint"]

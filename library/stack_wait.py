@@ -17,7 +17,10 @@ description:
   - The action's result is the job's own RV(rc), RV(stdout), RV(stderr), RV(cmd), RV(start), RV(end),
     RV(delta) and C(msg), as the task would have returned without C(async), and it fails when the job
     failed. Nothing else of the job's status file is taken (no C(ansible_facts)), since a job that runs as
-    the training user writes that file as that user. The job's status file is removed.
+    the training user writes that file as that user. The job's status file is removed, and the wait
+    ends only once the job's C(async_wrapper) has exited too (15 s at most; it outlives the job by up to
+    5 s and carries the run's C(VERL_P40_RUN), so a run ending on the job would leave the host lock held
+    for an immediate rerun).
   - Everything it runs on the host (the job status, C(du), C(tail)) runs with the task's connection
     and C(become) settings. Give it the same C(become_user) as the job, so a log the training user
     writes is read as that user.

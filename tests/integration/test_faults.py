@@ -8,11 +8,13 @@ whose layers are built are in test_built_faults.py and test_python_faults.py.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import STANDINS, stack_paths
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lookup_plugins"))
@@ -142,6 +144,109 @@ def test_a_runfile_under_another_sha256_is_refused(host):
     assert_nothing_built(host)
     assert host.state("driver")["details"]["action"] == "none"
     assert host.sh("dpkg -l 'linux-headers-*' 2>/dev/null | grep -c ^ii || true").stdout.strip() == "0"
+
+
+def test_secure_boot_without_a_key_stops_before_anything_changes(host):
+    plant_bus(host)
+    standin = yaml.safe_load((STANDINS / "standin_driver.yml").read_text())["standin_driver_runfile"]
+    overrides = dict(ci_overrides(host), nvidia_driver_runfile=dict(standin, url="https://downloads.invalid/x.run"))
+    host.sh(
+        "mkdir -p %s/sys/firmware/efi && printf '#!/bin/sh\\necho SecureBoot enabled\\n' > /usr/local/bin/mokutil"
+        " && chmod +x /usr/local/bin/mokutil" % BUS
+    )
+    try:
+        run = host.play("--tags", "driver", driver_host_root=BUS, stack_artifact_overrides=overrides)
+    finally:
+        host.sh("rm -f /usr/local/bin/mokutil")
+    assert run.returncode != 0
+    out = " ".join(run.output.split())
+    assert "Secure Boot is on, and the modules this install builds are not signed by a key the firmware trusts" in out
+    assert "mokutil --import" in out and "driver_mok_key" in out
+    assert_nothing_built(host)
+    assert not host.exists("/var/cache/verl-p40/" + standin["file"])
+
+
+P40_R580_SMI = r"""#!/bin/sh
+case "$1" in
+  --query-gpu=driver_version,*) echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled' ;;
+  *) echo '0, Tesla P40, 6.1, 22919, 580.105.08, 00000000:03:00.0' ;;
+esac
+"""
+
+
+def test_the_runfile_path_builds_with_dkms_and_waits_for_the_reboot(host):
+    """NVIDIA's runfile path, with a stand-in that has its interface (tests/fixtures/standin_driver.py):
+    a Debian kernel's headers (the CI machine's own kernel is not Debian's, so the layer builds for
+    the kernel driver_kernel names, as for a kernel installed but not booted yet), dkms, the
+    installer silent with -m=kernel and --kernel-name, a real DKMS build of the stand-in's module
+    against those headers, nouveau's blacklist; then the record says it waits for a reboot and the
+    run stops. A rerun before the reboot installs nothing again; after a simulated reboot (the
+    module loaded, nvidia-smi answering) the same command finds the driver and records it."""
+    plant_bus(host)
+    try:
+        runfile_path(host)
+    finally:
+        # The next tests start from a host without a driver, as the others here.
+        host.sh(
+            "dkms remove -m nvidia -v 580.105.08 --all >/dev/null 2>&1; rm -rf /usr/src/nvidia-580.105.08"
+            " /usr/bin/nvidia-smi /usr/local/bin/nvidia-smi /etc/modprobe.d/verl-p40-nouveau.conf"
+            " /var/log/nvidia-installer.log /var/lib/verl-p40/layers/driver.json"
+            " /var/lib/verl-p40/layers/trees/driver.json; rmdir /var/lib/verl-p40/layers/trees",
+            check=False,
+        )
+
+
+def runfile_path(host) -> None:
+    standin = yaml.safe_load((STANDINS / "standin_driver.yml").read_text())["standin_driver_runfile"]
+    pinned = dict(standin, url="https://downloads.invalid/" + standin["file"])
+    overrides = dict(ci_overrides(host), nvidia_driver_runfile=pinned)
+    # What a real Debian host has and a minimal container lacks: the initramfs tools.
+    host.sh("apt-get update -qq && apt-get install -y -qq --no-install-recommends initramfs-tools >/dev/null")
+    depends = host.sh("apt-cache depends linux-headers-amd64").stdout
+    kernel = re.search(r"Depends: linux-headers-(\S+-amd64)$", depends, re.M).group(1)
+    args = {"driver_host_root": BUS, "driver_kernel": kernel, "stack_artifact_overrides": overrides}
+    run = host.play("--tags", "driver", **args)
+    assert run.returncode != 0, run.output[-3000:]
+    out = " ".join(run.output.split())
+    assert (
+        "driver 580.105.08 is installed, but it was built for the kernel %s and the running kernel is" % kernel in out
+    )
+    assert "reboot, then run the same command again" in out
+    record = host.state("driver")
+    assert record["status"] == "complete" and record["version"] == "580.105.08"
+    assert record["details"]["action"] == "install" and record["details"]["reboot_pending"] is True
+    assert record["details"]["source"] == "runfile" and record["details"]["flavour"] == "proprietary"
+    log = host.sh("cat /var/log/nvidia-installer.log").stdout
+    assert "options: --silent --dkms -m=kernel --kernel-name=%s --tmpdir=" % kernel in log
+    assert "is now complete" in log
+    assert "installed" in host.sh("dkms status -m nvidia -v 580.105.08 -k %s" % kernel).stdout
+    assert host.sh("modinfo -k %s -F license nvidia" % kernel).stdout.strip() == "NVIDIA"
+    assert (
+        host.sh("cat /etc/modprobe.d/verl-p40-nouveau.conf").stdout == "blacklist nouveau\noptions nouveau modeset=0\n"
+    )
+    assert not host.exists("/var/cache/verl-p40/scratch/driver-installer")
+
+    # Before the reboot: still waiting; the installer does not run again.
+    run = host.play("--tags", "driver", **args)
+    assert run.returncode != 0 and "reboot, then run the same command again" in " ".join(run.output.split())
+    assert host.sh("cat /var/log/nvidia-installer.log").stdout == log
+    assert host.state("driver")["details"]["reboot_pending"] is True
+
+    # The reboot, simulated: the module loaded and bound, nvidia-smi answering (the driver layer's
+    # query and preflight's).
+    host.sh(
+        "mkdir -p {bus}/sys/module/nvidia && echo 580.105.08 > {bus}/sys/module/nvidia/version"
+        " && mkdir -p {bus}/sys/bus/pci/drivers/nvidia"
+        " && ln -s ../../../bus/pci/drivers/nvidia {bus}/sys/bus/pci/devices/0000:03:00.0/driver".format(bus=BUS)
+    )
+    host.sh("cat > /usr/local/bin/nvidia-smi <<'EOF'\n%sEOF\nchmod +x /usr/local/bin/nvidia-smi" % P40_R580_SMI)
+    run = host.play("--tags", "driver", **args)
+    assert run.returncode == 0, run.output[-3000:]
+    record = host.state("driver")
+    assert record["details"]["reboot_pending"] is False and record["details"]["action"] == "keep"
+    assert record["details"]["cards"] == [
+        {"bus_id": "00000000:03:00.0", "name": "Tesla P40", "memory_mib": 22919, "ecc": "Enabled"}
+    ]
 
 
 TWO_P40_SMI = r"""#!/bin/sh

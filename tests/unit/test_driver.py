@@ -350,6 +350,25 @@ def test_nouveau_or_another_module_loaded_needs_a_reboot():
     assert old["action"] == "stop" and "nvidia module 590.44.01 loaded" in old["message"]
     assert driver.driver_after_install(cards(0x1B38), None, "580.105.08")["action"] == "load"
     assert driver.driver_after_install(cards(0x1B38), "580.105.08", "580.105.08")["action"] == "none"
+    # Built for a kernel the host has not booted yet (driver_kernel): a reboot, whatever is loaded.
+    later = driver.driver_after_install(
+        cards(0x1B38), None, "580.105.08", kernel="6.1.0-41-amd64", running="6.1.0-28-amd64"
+    )
+    assert later["action"] == "stop"
+    assert "built for the kernel 6.1.0-41-amd64 and the running kernel is 6.1.0-28-amd64" in later["message"]
+    same = driver.driver_after_install(
+        cards(0x1B38), None, "580.105.08", kernel="6.1.0-28-amd64", running="6.1.0-28-amd64"
+    )
+    assert same["action"] == "load"
+
+
+def test_the_runfile_builds_for_a_kernel_not_running_only_when_asked():
+    plan = driver.driver_plan(dict(DEBIAN, running_kernel="6.1.0-28-amd64"), "runfile", runfile=RUNFILE)
+    assert plan["runfile"]["args"] == ["--silent", "--dkms", "-m=kernel"]
+    later = dict(DEBIAN, kernel="6.1.0-41-amd64", running_kernel="6.1.0-28-amd64")
+    plan = driver.driver_plan(later, "runfile", runfile=RUNFILE)
+    assert plan["runfile"]["args"] == ["--silent", "--dkms", "-m=kernel", "--kernel-name=6.1.0-41-amd64"]
+    assert plan["packages"][0] == "linux-headers-6.1.0-41-amd64"
 
 
 # --- what the host has (library/driver_info.py) --------------------------------------------------
@@ -364,6 +383,8 @@ def program(path: Path, body: str) -> str:
 def test_the_loaded_module_its_flavour_and_the_one_on_disk(tmp_path: Path):
     modinfo = program(
         tmp_path / "modinfo",
+        # Only for the kernel asked, where one is: -k KERNEL comes first.
+        'if [ "$1" = -k ]; then [ "$2" = 6.1.0-41-amd64 ] || exit 1; shift 2; fi\n'
         'case "$2" in version) echo 580.105.08;; license) echo "${LICENSE:-NVIDIA}";; esac\n',
     )
     # Nothing loaded, nothing on disk (modinfo fails for a module it cannot find).
@@ -376,6 +397,8 @@ def test_the_loaded_module_its_flavour_and_the_one_on_disk(tmp_path: Path):
         "on_disk": "580.105.08",
         "flavour": "proprietary",
     }
+    assert driver_info.module_state(str(tmp_path), modinfo, "6.1.0-41-amd64")["on_disk"] == "580.105.08"
+    assert driver_info.module_state(str(tmp_path), modinfo, "6.1.0-28-amd64")["on_disk"] is None
     # Loaded: /proc/driver/nvidia/version names the open modules.
     (tmp_path / "sys" / "module" / "nvidia").mkdir(parents=True)
     (tmp_path / "sys" / "module" / "nvidia" / "version").write_text("590.44.01\n")

@@ -240,6 +240,14 @@ def test_a_confirm_keeps_the_details_unless_told_to_update_them(tmp_path):
         tmp_path, state="present", version="24.11", built=False, details={"config": "b"}, update_details=True, **args
     )
     assert not again["changed"]
+    # What a layer found, not built (the driver layer keeping a driver changed by hand): its version too.
+    found = module(
+        tmp_path, state="present", version="24.12", built=False, details={"config": "b"}, update_details=True, **args
+    )
+    assert found["changed"] and found["fingerprint"] == built["fingerprint"]
+    assert module(tmp_path, **args)["previous"]["version"] == "24.12"
+    module(tmp_path, state="present", version="24.13", built=False, details={"config": "b"}, **args)
+    assert module(tmp_path, **args)["previous"]["version"] == "24.12"
 
 
 def test_a_record_without_files_is_probed_once(tmp_path):

@@ -99,3 +99,22 @@ def test_human_bytes(size: int, text: str):
 def test_a_long_log_line_is_cut():
     line = stack_wait.progress_line("Apex | Build", 30, None, "x" * 300)
     assert line.startswith("Apex | Build: 30s, ") and line.endswith("...") and len(line) < 150
+
+
+def test_the_jobs_async_wrapper_is_gone_when_the_wait_ends(tmp_path: Path):
+    """async_wrapper outlives its job by up to 5 s and carries the run's VERL_P40_RUN: a run ending on
+    a failed job would leave the host lock "held by steps still running" for an immediate rerun."""
+    # The pattern's [.] keeps this look's own command lines from matching it.
+    look = (
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done"
+        " | grep -c 'async_wrapper[.]py {{ job.ansible_job_id.split(\".\")[0] }} ' || true"
+    )
+    tasks = [
+        job("echo broken >&2; exit 3"),
+        {"stack_wait": {"jid": "{{ job.ansible_job_id }}"}, "ignore_errors": True},
+        {"ansible.builtin.shell": look, "register": "left"},
+        {"debug": {"msg": "wrappers left: {{ left.stdout }}"}},
+    ]
+    done = play(tmp_path, tasks)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "wrappers left: 0" in done.stdout, done.stdout

@@ -9,6 +9,7 @@ that a package source is unreachable (its exit status 3).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -473,3 +474,52 @@ def test_cudnn_library_reports_the_header_version(cudnn: dict[str, Any], tmp_pat
     assert build.returncode == 0, build.stderr
     run = subprocess.run([str(tmp_path / "v")], text=True, capture_output=True, timeout=60, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+# --- the driver runfile stand-in (tests/fixtures/standin_driver.py) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def driver_runfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("driver-standin")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "fixtures" / "standin_driver.py"), "build", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    entry = yaml.safe_load((out / "standin_driver.yml").read_text())["standin_driver_runfile"]
+    path = out / entry["file"]
+    assert entry["version"] == "580.105.08" and entry["size"] == path.stat().st_size
+    assert entry["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    return path
+
+
+def run_driver(runfile: Path, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, str]:
+    log = tmp_path / "installer.log"
+    done = subprocess.run(
+        ["sh", str(runfile), "--tmpdir=" + str(tmp_path), "--log-file-name=" + str(log), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done, log.read_text() if log.exists() else ""
+
+
+def test_the_driver_standin_refuses_what_nvidia_installer_refuses(driver_runfile: Path, tmp_path: Path):
+    done, _ = run_driver(driver_runfile, tmp_path, "--silent", "--no-such-option")
+    assert done.returncode == 1 and "ERROR: Invalid commandline" in done.stderr
+    done, log = run_driver(driver_runfile, tmp_path, "--dkms", "-m=kernel")
+    assert done.returncode == 1 and "runs with --silent only" in log
+    done, log = run_driver(driver_runfile, tmp_path, "--silent", "--dkms", "-m=kernel", "--kernel-name=0.0.0-none")
+    assert done.returncode == 1
+    assert "Unable to find the kernel source tree" in log and "/lib/modules/0.0.0-none/build" in log
+    assert (
+        "options: --tmpdir=%s --log-file-name=%s --silent --dkms -m=kernel --kernel-name=0.0.0-none"
+        % (
+            tmp_path,
+            tmp_path / "installer.log",
+        )
+        in log
+    )
