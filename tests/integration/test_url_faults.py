@@ -28,12 +28,14 @@ def free_port() -> int:
 
 
 def built(host) -> tuple[str, list[str]]:
-    """What the layers have on the host: every record (but preflight's) by its sha256, and which of
-    the paths a layer writes exist. These tests share their worker's container with the other fault
-    tests, which may have built layers before them: a failed download must change none of it."""
+    """What the layers have on the host: every record (but preflight's and the driver layer's, which
+    the setup stage writes before any download: on the containers' bus it records that there is
+    nothing to drive, tests/infra/test_driver.py) by its sha256, and which of the paths a layer writes
+    exist. These tests share their worker's container with the other fault tests, which may have
+    built layers before them: a failed download must change none of it."""
     paths = stack_paths()
     records = host.sh(
-        "find %s -type f ! -name preflight.json -exec sha256sum {} + 2>/dev/null | sort || true"
+        "find %s -type f ! -name preflight.json ! -name driver.json -exec sha256sum {} + 2>/dev/null | sort || true"
         % paths["stack_state_dir"]
     ).stdout
     return records, [path for name, path in paths.items() if name != "stack_state_dir" and host.exists(path)]
