@@ -46,8 +46,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 from standin_common import sha256_file  # the stand-in builders' own, one copy
 
 TARBALL = "apex-e13873de.tar.gz"
@@ -64,9 +64,9 @@ SITE_DIR = "/opt/apex-proof/site"
 # adds Debian 12's packages of them (main component, /usr/include, which the host compiler
 # searches after the toolkit's include/). The first run without them failed there.
 TEMPLATE_LIBS = ["libthrust-dev", "libcub-dev", "libcu++-dev"]
-STANDINS = ROOT / ".cache" / "standins"
-PY_STANDINS = ROOT / ".cache" / "standins-python"
-VARS_FILES = [STANDINS / "standins.yml", PY_STANDINS / "standins_python.yml", ROOT / "tests/fixtures/ci-vars.yml"]
+STANDINS = REPO / ".cache" / "standins"
+PY_STANDINS = REPO / ".cache" / "standins-python"
+VARS_FILES = [STANDINS / "standins.yml", PY_STANDINS / "standins_python.yml", REPO / "tests/fixtures/ci-vars.yml"]
 # Where the role defaults put things (roles/stack/defaults/main/stack.yml, roles/*/defaults).
 CUDA_PREFIX = "/usr/local/cuda-11.8"
 ENV_PYTHON = "/opt/miniforge3/envs/verl-env/bin/python"
@@ -249,7 +249,7 @@ def apex_vars(port: int, commit: str, jobs: int) -> dict[str, Any]:
 
 def playbook_command(inventory: Path, tags: str, extra: dict[str, Any] | None) -> list[str]:
     files = [arg for path in VARS_FILES for arg in ("-e", "@%s" % path)]
-    command = ["ansible-playbook", "-i", str(inventory), str(ROOT / "site.yml"), *files, "--tags", tags]
+    command = ["ansible-playbook", "-i", str(inventory), str(REPO / "site.yml"), *files, "--tags", tags]
     if extra:
         command += ["-e", json.dumps(extra, sort_keys=True)]
     return command
@@ -295,7 +295,7 @@ def container_python(container: str, python: str, script: str, *args: str) -> An
 def play(command: list[str], log: Path, port: int) -> tuple[int, float]:
     env = dict(
         os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_FORCE_COLOR="0",
         ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
@@ -304,7 +304,7 @@ def play(command: list[str], log: Path, port: int) -> tuple[int, float]:
     say("running %s (log %s)" % (" ".join(command[:2] + command[-4:]), log))
     t0 = time.monotonic()
     with log.open("w") as fh:
-        rc = subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False).returncode
+        rc = subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO, check=False).returncode
     return rc, time.monotonic() - t0
 
 
@@ -543,12 +543,12 @@ def markdown(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--vendor", type=Path, default=Path(os.environ.get("VERL_P40_VENDOR", ROOT.parent / "shared" / "vendor"))
+        "--vendor", type=Path, default=Path(os.environ.get("VERL_P40_VENDOR", REPO.parent / "shared" / "vendor"))
     )
     parser.add_argument("--jobs", type=int, default=2, help="MAX_JOBS for the build (default 2)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("VERL_P40_MIRROR_PORT", "18765")))
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "apex-proof")
-    parser.add_argument("--work", type=Path, default=ROOT / ".cache" / "apex-proof")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "apex-proof")
+    parser.add_argument("--work", type=Path, default=REPO / ".cache" / "apex-proof")
     parser.add_argument("--keep", action="store_true", help="leave the container running")
     parser.add_argument(
         "--container",

@@ -25,14 +25,11 @@ from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 from ansible.vars.manager import VariableManager
 
-ROOT = Path(__file__).resolve().parents[2]
+from stack import stack_artifact
+
+REPO = Path(__file__).resolve().parents[2]
 # Lookups and filters used in the variables need Ansible's plugin loader.
 init_plugin_loader()
-
-import sys  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "filter_plugins"))
-from stack import stack_artifact  # noqa: E402
 
 
 class StackVars:
@@ -42,9 +39,9 @@ class StackVars:
         self.loader = DataLoader()
         data: dict[str, Any] = {}
         # Every role's defaults: defaults/main.yml, or the files of defaults/main/ (stack).
-        for defaults in sorted([*ROOT.glob("roles/*/defaults/main.yml"), *ROOT.glob("roles/*/defaults/main/*.yml")]):
+        for defaults in sorted([*REPO.glob("roles/*/defaults/main.yml"), *REPO.glob("roles/*/defaults/main/*.yml")]):
             data.update(self._load(defaults))
-        inventory = os.environ.get("STACK_INVENTORY", str(ROOT / "inventory" / "hosts.yml"))
+        inventory = os.environ.get("STACK_INVENTORY", str(REPO / "inventory" / "hosts.yml"))
         manager = InventoryManager(self.loader, sources=[inventory])
         # The host's place in the inventory (the Ray cluster's values read it); alone when it is not there.
         data.update(inventory_hostname=hostname, groups={"all": [hostname]}, hostvars={})

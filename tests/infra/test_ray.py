@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import testinfra
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
-import playbook  # noqa: E402
+import playbook
 
 # Every live node, as the head's Ray sees it (run as the training user, who runs the units).
 NODES = r"""

@@ -16,11 +16,9 @@ the image was built with: the mirror's URLs are part of each layer's record.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,21 +29,20 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-import playbook  # noqa: E402
-import sshd  # noqa: E402
-from prepare_host import prepare  # noqa: E402
+import playbook
+import sshd
+from prepare_host import prepare
+from repo import REPO, load_file
 
 IMAGE = os.environ.get("STACK_TEST_IMAGE", "localhost/verl-p40-debian:12")
 # The Makefile's STACK_IMAGE: what `molecule test -s default` verified, committed (side_effect.yml).
 BUILT_IMAGE = os.environ.get("STACK_BUILT_IMAGE", "localhost/verl-p40-stack:12")
-STANDINS = ROOT / ".cache" / "standins"
+STANDINS = REPO / ".cache" / "standins"
 # The same extra-vars files as the Molecule scenarios: the stand-ins, then what CI changes.
 VARS_FILES = [
     STANDINS / "standins.yml",
-    ROOT / ".cache" / "standins-python" / "standins_python.yml",
-    ROOT / "tests" / "fixtures" / "ci-vars.yml",
+    REPO / ".cache" / "standins-python" / "standins_python.yml",
+    REPO / "tests" / "fixtures" / "ci-vars.yml",
 ]
 
 
@@ -53,9 +50,7 @@ VARS_FILES = [
 def stack_paths() -> dict[str, str]:
     """Where the stack writes on a host, from the roles' own defaults (tests/infra's StackVars):
     the layer state directory, and every prefix or file a layer creates."""
-    spec = importlib.util.spec_from_file_location("infra_conftest", ROOT / "tests" / "infra" / "conftest.py")
-    infra = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(infra)
+    infra = load_file(REPO / "tests" / "infra" / "conftest.py", "infra_conftest")
     variables = infra.StackVars("no-such-host")
     names = [
         "stack_state_dir",

@@ -16,10 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lookup_plugins"))
-import stack_run  # noqa: E402
+import stack_run
+from repo import REPO
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +42,14 @@ def test_foreign_tree_at_a_prefix_is_left_alone(host):
 
 def module_on_host(host, module: str, args: dict) -> tuple[int, str]:
     """One module of library/ run on the container as the play runs it (root, the host's Python)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     done = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "-i", str(host.inventory / "hosts.yml"), host.name]
         + ["-m", module, "-a", json.dumps(args)],
         capture_output=True,
         text=True,
         env=env,
-        cwd=ROOT,
+        cwd=REPO,
         timeout=120,
         check=False,
     )

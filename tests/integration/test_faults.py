@@ -10,14 +10,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from conftest import STANDINS, stack_paths
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lookup_plugins"))
 
 P40_OLD_DRIVER = "0, Tesla P40, 6.1, 24576, 470.256.02, 00000000:3B:00.0"
 P40_GOOD_DRIVER = "0, Tesla P40, 6.1, 24576, 535.183.01, 00000000:3B:00.0"

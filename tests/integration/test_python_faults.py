@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import re
 import socket
-import sys
 import urllib.parse
 import uuid
 from pathlib import Path
@@ -24,8 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import built
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
-import mirror  # noqa: E402
+import mirror
 
 ENV = "/opt/miniforge3/envs/verl-env"
 CONSTRAINTS = ENV + "/constraints.txt"

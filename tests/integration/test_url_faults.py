@@ -9,16 +9,13 @@ stays as the other fault tests of its worker left it.
 from __future__ import annotations
 
 import socket
-import sys
 import uuid
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from conftest import STANDINS, stack_paths
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
-import mirror  # noqa: E402
+import mirror
 
 
 def free_port() -> int:

@@ -1,7 +1,9 @@
 """Shared fixtures for the unit tests.
 
 - module_utils/ is made importable as ansible.module_utils.<name>, the way
-  Ansible ships it to a module, so library/ modules import unchanged.
+  Ansible ships it to a module, so library/ modules import unchanged (the
+  other code under test is importable by its name through pytest.ini's
+  pythonpath).
 - Real verl source distributions are fetched once with pip into a cache
   (env VERL_P40_CACHE, else <repo>/.cache/sdist, which git ignores) and
   unpacked once per session; tests that modify a tree get their own copy.
@@ -91,16 +93,6 @@ def verl_091(tmp_path: Path) -> Path:
 
 
 # -- the launcher, rendered by tools/render.py ---------------------------------
-
-# The controller's tools, and the scripts each role copies to its hosts (a role's files/).
-for _tools in (
-    REPO / "tools",
-    REPO / "roles" / "data" / "files",
-    REPO / "roles" / "model" / "files",
-    REPO / "roles" / "train" / "files",
-):
-    if str(_tools) not in sys.path:
-        sys.path.insert(0, str(_tools))
 
 
 def gpu_profile_names() -> list[str]:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+import arch_flags
+
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "roles" / "apex" / "files" / "arch_flags.py"
-sys.path.insert(0, str(TOOL.parent))
-import arch_flags  # noqa: E402
 
 SETUP = """\
 if bare_metal_version >= Version("11.0"):

@@ -9,7 +9,6 @@ cuobjdump's output.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -17,23 +16,15 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import REPO, load_file
+
 SCRIPT = REPO / "tests" / "apex_proof" / "run.py"
 
 
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("apex_proof_run", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-proof = load()
+proof = load_file(SCRIPT, "apex_proof_run")
 
 
 def dry_run(*args: str) -> subprocess.CompletedProcess:

@@ -6,15 +6,14 @@ fsdp_workers' mini/micro normalization), on the cases that pass and the ones tha
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "filter_plugins"))
-from batch import gpu_batch_check, gpu_batch_problems  # noqa: E402
+from batch import gpu_batch_check, gpu_batch_problems
+
+REPO = Path(__file__).resolve().parents[2]
 
 PASCAL = {"actor": 4, "critic": 8}
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from filter_plugins.cluster import cluster_gpu_problems, cluster_patch_problems, ray_cluster_problems, ray_head
+from cluster import cluster_gpu_problems, cluster_patch_problems, ray_cluster_problems, ray_head
 
 
 def test_the_head_is_the_marked_host_or_the_first():
@@ -81,7 +81,7 @@ def test_a_node_with_another_gpu_count_is_refused():
 
 
 def test_unit_environment_file_keeps_each_value_exactly():
-    from filter_plugins.cluster import systemd_environment_file
+    from cluster import systemd_environment_file
 
     assert systemd_environment_file({"TORCHDYNAMO_DISABLE": 1, "NCCL_SOCKET_IFNAME": "eth0"}) == (
         'TORCHDYNAMO_DISABLE="1"\nNCCL_SOCKET_IFNAME="eth0"\n'
@@ -101,14 +101,14 @@ def test_unit_environment_file_keeps_each_value_exactly():
     ],
 )
 def test_unit_environment_refuses_what_would_change_the_file(env, match):
-    from filter_plugins.cluster import systemd_environment_file
+    from cluster import systemd_environment_file
 
     with pytest.raises(AnsibleFilterError, match=match):
         systemd_environment_file(env, "ray_extra_env")
 
 
 def test_unit_command_lines_quote_every_argument():
-    from filter_plugins.cluster import systemd_exec
+    from cluster import systemd_exec
 
     assert systemd_exec(["/opt/env/bin/ray", "start", "--block", "--node-ip-address=10.0.0.1"]) == (
         '"/opt/env/bin/ray" "start" "--block" "--node-ip-address=10.0.0.1"'
@@ -121,7 +121,7 @@ def test_unit_command_lines_quote_every_argument():
 
 
 def test_the_probe_result_gives_the_clusters_problems():
-    from filter_plugins.cluster import ray_probe_problems
+    from cluster import ray_probe_problems
 
     seen = {"version": "2.43.0", "nodes": [node("10.0.0.1", 2), node("10.0.0.2", 2)]}
     whole = {"rc": 0, "stdout_lines": ["a Ray warning", json.dumps(seen)], "stderr": ""}
@@ -137,7 +137,7 @@ def test_the_probe_result_gives_the_clusters_problems():
 
 
 def test_a_probe_that_did_not_reach_the_head_says_why():
-    from filter_plugins.cluster import ray_probe_problems
+    from cluster import ray_probe_problems
 
     failed = {"rc": 124, "stdout_lines": [], "stderr": "one\ntwo\nthree\nConnectionError: GCS at 10.0.0.1:6379"}
     assert ray_probe_problems(failed, EXPECTED) == [
@@ -227,7 +227,7 @@ def test_every_expected_host_is_checked_and_the_missing_ones_come_first():
 def test_a_probe_with_stdout_only_is_read():
     """A result with `stdout` and no `stdout_lines` (a command module's result in check mode or a
     raw result) is read from its stdout. Broken case: `stdout and ""`, which read nothing."""
-    from filter_plugins.cluster import ray_probe_problems
+    from cluster import ray_probe_problems
 
     seen = {"nodes": [node("10.0.0.1", 2), node("10.0.0.2", 2)]}
     assert ray_probe_problems({"rc": 0, "stdout": "a Ray warning\n" + json.dumps(seen)}, EXPECTED) == []

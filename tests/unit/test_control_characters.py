@@ -20,9 +20,7 @@ from ansible.errors import AnsibleFilterError
 from conftest import REPO, ansible_env
 
 import render
-
-sys.path.insert(0, str(REPO / "filter_plugins"))
-from control import control_character_problems, one_line, path_spelling_problems  # noqa: E402
+from control import control_character_problems, one_line, path_spelling_problems
 
 CONTROL = [
     ("\n", "a newline"),
@@ -95,7 +93,7 @@ def test_the_message_does_not_repeat_the_value():
 
 
 def test_the_ray_unit_filters_use_the_same_rule():
-    from filter_plugins.cluster import systemd_environment_file, systemd_exec
+    from cluster import systemd_environment_file, systemd_exec
 
     # Broken case: cluster.py's own `ord(c) < 32 or == 127` let U+0085 and U+2028 through.
     for char in ("\n", "\x85", "\u2028"):

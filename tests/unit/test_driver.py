@@ -7,22 +7,16 @@ decision for driver_install auto/never/always, and the plans per OS and driver_s
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-ROOT = Path(__file__).resolve().parents[2]
-EXCERPT = Path(__file__).resolve().parent / "samples" / "pci.ids" / "nvidia-2023.04.10.ids"
+import driver  # filter_plugins/driver.py (pytest.ini's pythonpath)
+import driver_info  # library/driver_info.py
 
-_spec = importlib.util.spec_from_file_location("driver_filters", ROOT / "filter_plugins" / "driver.py")
-driver = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(driver)
-_spec = importlib.util.spec_from_file_location("driver_info", ROOT / "library" / "driver_info.py")
-driver_info = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(driver_info)
+EXCERPT = Path(__file__).resolve().parent / "samples" / "pci.ids" / "nvidia-2023.04.10.ids"
 
 UBUNTU = {"distribution": "Ubuntu", "version": "22.04", "kernel": "5.15.0-91-generic"}
 DEBIAN = {"distribution": "Debian", "version": "12.8", "kernel": "6.1.0-28-amd64"}

@@ -16,7 +16,6 @@ templates/.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -33,6 +32,7 @@ os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
 from ansible.parsing.dataloader import DataLoader  # noqa: E402
 
 import render  # noqa: E402
+from playbook import run as run_playbook  # noqa: E402
 
 GROUP_VARS = Path("group_vars") / "all.yml"
 # A setting shown commented out: `# name: value` at the start of a line. Prose comments never
@@ -256,12 +256,10 @@ def test_render_applies_group_vars_between_role_defaults_and_extra_vars(tmp_path
 def _play(root: Path, inventory: Path, *args: str) -> subprocess.CompletedProcess:
     """site.yml of root, only the tasks tagged always (each stage's lock and snapshot, the roles' argument
     checks, the summary), as tests/unit/test_layout.py runs it."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(root / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    profile = {"preflight_profile": dict(PROFILES["pascal"], name="pascal")}
-    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(root / "site.yml")]
-    command += ["--tags", "none", "--skip-tags", "preflight", "-e", "ansible_python_interpreter=" + sys.executable]
-    command += ["-e", json.dumps(profile), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=root, check=False)
+    command = ["--tags", "none", "--skip-tags", "preflight", "-e", "ansible_python_interpreter=" + sys.executable]
+    return run_playbook(
+        inventory, [], *command, *args, root=root, preflight_profile=dict(PROFILES["pascal"], name="pascal")
+    )
 
 
 def test_site_yml_takes_group_vars_over_role_defaults_and_e_over_group_vars(tmp_path: Path):

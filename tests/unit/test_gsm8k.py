@@ -16,10 +16,8 @@ import pytest
 from conftest import REPO
 from packaging.markers import Marker
 
+import gsm8k_fixture
 import gsm8k_to_verl as g
-
-sys.path.insert(0, str(REPO / "tests" / "fixtures"))
-import gsm8k_fixture  # noqa: E402
 
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 

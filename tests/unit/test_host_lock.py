@@ -23,11 +23,10 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.testing import patch_module_args
 from conftest import run_module
 
+import host_lock
+import stack_run
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "lookup_plugins"))
-sys.path.insert(0, str(REPO / "library"))
-import host_lock  # noqa: E402
-import stack_run  # noqa: E402
 
 
 def lock(args: dict) -> dict:
@@ -162,16 +161,20 @@ def test_the_decision_is_made_under_a_flock_of_the_directory(tmp_path):
     """Two runs that find the same stale lock cannot both take it over: each decides alone."""
     path = tmp_path / "run.lock"
     path.write_text(json.dumps(run("run-a", boot_id="an-earlier-boot")))
+    # The module in a Python of its own, library/ on its PYTHONPATH (pytest.ini's pythonpath is this one's).
     script = (
-        "import sys, ansible.module_utils; ansible.module_utils.__path__.append(%r); sys.path.insert(0, %r); "
+        "import ansible.module_utils; ansible.module_utils.__path__.append(%r); "
         "import host_lock; from ansible.module_utils.testing import patch_module_args\n"
         "with patch_module_args(%r): host_lock.main()"
-        % (str(REPO / "module_utils"), str(REPO / "library"), {"path": str(path), "run": run("run-b")})
+        % (str(REPO / "module_utils"), {"path": str(path), "run": run("run-b")})
+    )
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "library"), os.environ.get("PYTHONPATH")]))
     )
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        waiting = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        waiting = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
         time.sleep(1.5)
         assert waiting.poll() is None, "decided without the directory's flock"
         assert holder(path)["id"] == "run-a"

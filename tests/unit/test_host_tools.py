@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-import host_tools  # noqa: E402
+import host_tools
 
-TOOL = ROOT / "tests" / "fixtures" / "host_tools.py"
+REPO = Path(__file__).resolve().parents[2]
+
+TOOL = REPO / "tests" / "fixtures" / "host_tools.py"
 
 
 def test_catatonit_is_installed_and_checked():
@@ -40,7 +40,7 @@ def test_check_names_the_missing_package(tmp_path):
 
 
 def test_ci_installs_and_checks_the_same_list():
-    ci = (ROOT / ".ci" / "run").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
     assert "host_tools.py packages" in ci and "host_tools.py check" in ci
     assert ci.index("host_tools.py check") < ci.index("step setup")
     out = subprocess.run([sys.executable, str(TOOL), "packages"], capture_output=True, text=True, check=True).stdout
@@ -49,9 +49,9 @@ def test_ci_installs_and_checks_the_same_list():
 
 def test_ci_runs_every_step_of_make_test():
     # .ci/run runs make test's prerequisites one by one (to time them): none may be left out.
-    makefile = (ROOT / "Makefile").read_text()
+    makefile = (REPO / "Makefile").read_text()
     targets = next(line for line in makefile.splitlines() if line.startswith("test:")).split(":")[1].split("##")[0]
-    ci = (ROOT / ".ci" / "run").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
     for target in targets.split():
         assert "make %s\n" % target in ci, target
 
@@ -61,7 +61,7 @@ def test_ci_timings_file(tmp_path):
     steps.write_text("packages 20 0.52\nunit 200\n")
     out = tmp_path / "ci.json"
     subprocess.run(
-        [sys.executable, str(ROOT / ".ci" / "timings.py"), str(steps), "--out", str(out)],
+        [sys.executable, str(REPO / ".ci" / "timings.py"), str(steps), "--out", str(out)],
         check=True,
         capture_output=True,
     )
@@ -80,7 +80,7 @@ def test_every_tool_the_fixtures_require_is_on_the_list():
 
     listed = {program for program, _, _ in host_tools.PROGRAMS}
     called = set()
-    for path in (ROOT / "tests" / "fixtures").glob("*.py"):
+    for path in (REPO / "tests" / "fixtures").glob("*.py"):
         for args in re.findall(r"need_tools\(([^)]*)\)", path.read_text()):
             called.update(re.findall(r'"([^"]+)"', args))
     assert called, "no need_tools calls found: the scan is broken"

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
 
+import install_collections as ic
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
-import install_collections as ic  # noqa: E402
 
 
 def bundle(collections: dict[str, tuple[str, dict]], extra: dict[str, bytes] | None = None) -> zipfile.ZipFile:

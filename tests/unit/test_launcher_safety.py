@@ -23,9 +23,7 @@ from conftest import REPO
 
 import render
 import validate_overrides as vo
-
-sys.path.insert(0, str(REPO / "filter_plugins"))
-from launcher import hydra_value, launcher_env, launcher_env_problems  # noqa: E402
+from launcher import hydra_value, launcher_env, launcher_env_problems
 
 # The HF rollout is sized from the model's config (filter_plugins/rollout.py).
 MODEL_CONFIG = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml").read_text())[

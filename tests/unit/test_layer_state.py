@@ -6,16 +6,15 @@ import contextlib
 import io
 import json
 import time
-import sys
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 from conftest import play_results, run_module
 
+import layer_state as ls
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "library"))
-import layer_state as ls  # noqa: E402
 
 LAYERS = ["preflight", "cuda", "cudnn", "apex"]
 

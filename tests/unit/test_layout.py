@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,8 +11,9 @@ from pathlib import Path
 import yaml
 from conftest import run_play
 
+from playbook import run as run_playbook
+
 REPO = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 # Where the plays take their run lock (each stage takes the host's).
 LOCK_DIR = Path(tempfile.gettempdir()) / "verl-p40-test-layout"
 PROFILES = yaml.safe_load((REPO / "roles/stack/defaults/main/gpu_profiles.yml").read_text())["stack_gpu_profiles"]
@@ -24,35 +24,25 @@ LAYERS = [
 ]
 
 
-def play(inventory: Path, playbook: Path) -> subprocess.CompletedProcess:
+def play(inventory: Path, stage: Path) -> subprocess.CompletedProcess:
     # Only the tasks tagged always run: each stage's lock and snapshot, the roles' argument checks, the summary.
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    return subprocess.run(
-        [
-            ANSIBLE_PLAYBOOK,
-            "-i",
-            str(inventory),
-            str(playbook),
-            "--tags",
-            "none",
-            "--skip-tags",
-            "preflight",
-            "-e",
-            "ansible_python_interpreter=" + sys.executable,
-            # The stages take the host's run lock (tagged always): not in this machine's /var/lib, and
-            # one per pytest-xdist worker (make unit runs two), which would wait on each other's.
-            "-e",
-            "stack_lock_file=" + str(LOCK_DIR / os.environ.get("PYTEST_XDIST_WORKER", "main") / "run.lock"),
-            # Preflight is skipped, but each role's argument validation (tagged always) still runs and
-            # templates the role's defaults; the train role's read the profile preflight would set.
-            "-e",
-            json.dumps({"preflight_profile": dict(PROFILES["pascal"], name="pascal")}),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
+    return run_playbook(
+        inventory,
+        [],
+        "--tags",
+        "none",
+        "--skip-tags",
+        "preflight",
+        "-e",
+        "ansible_python_interpreter=" + sys.executable,
+        # The stages take the host's run lock (tagged always): not in this machine's /var/lib, and
+        # one per pytest-xdist worker (make unit runs two), which would wait on each other's.
+        "-e",
+        "stack_lock_file=" + str(LOCK_DIR / os.environ.get("PYTEST_XDIST_WORKER", "main") / "run.lock"),
+        playbook=stage,
+        # Preflight is skipped, but each role's argument validation (tagged always) still runs and
+        # templates the role's defaults; the train role's read the profile preflight would set.
+        preflight_profile=dict(PROFILES["pascal"], name="pascal"),
     )
 
 

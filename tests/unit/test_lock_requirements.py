@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+import lock_requirements as lr
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
-import lock_requirements as lr  # noqa: E402
 
 INPUTS = [REPO / name for name in lr.SETS]
 LOCKS = [source.with_suffix(".txt") for source in INPUTS]

@@ -13,18 +13,18 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]
 
 # A target that prints a line and fails the way a lane's command would.
 PROBE = 'lane-probe: ; sh -c "echo a line; exit 3" $(LANE)'
 
 
-def make(*args: str, makefile: Path = ROOT / "Makefile") -> subprocess.CompletedProcess:
+def make(*args: str, makefile: Path = REPO / "Makefile") -> subprocess.CompletedProcess:
     return subprocess.run(
         ["make", "--no-print-directory", "-f", str(makefile), *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=REPO,
         check=False,
     )
 
@@ -36,7 +36,7 @@ def test_a_lane_fails_when_its_command_does(tmp_path: Path):
     # The broken case: without pipefail the pipe's status is sed's, and the lane passes.
     broken = tmp_path / "Makefile"
     broken.write_text(
-        "".join(line for line in (ROOT / "Makefile").read_text().splitlines(True) if ".SHELLFLAGS" not in line)
+        "".join(line for line in (REPO / "Makefile").read_text().splitlines(True) if ".SHELLFLAGS" not in line)
     )
     assert make("--eval", PROBE, "lane-probe", "LANES=1", makefile=broken).returncode == 0
 
@@ -47,7 +47,7 @@ def shared(*args: str) -> subprocess.CompletedProcess:
         ["make", "--no-print-directory", "-n", *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=REPO,
         env=dict(os.environ, VERL_P40_MIRROR_URL="http://127.0.0.1:9"),
         check=False,
     )
@@ -55,7 +55,7 @@ def shared(*args: str) -> subprocess.CompletedProcess:
 
 def recipe(target: str) -> list[str]:
     """The recipe lines of a target, as written in the Makefile."""
-    lines = (ROOT / "Makefile").read_text().splitlines()
+    lines = (REPO / "Makefile").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(target + ":"))
     body = []
     for line in lines[start + 1 :]:
@@ -66,7 +66,7 @@ def recipe(target: str) -> list[str]:
 
 
 def test_make_test_runs_molecule_and_integration_side_by_side():
-    test = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("test:"))
+    test = next(line for line in (REPO / "Makefile").read_text().splitlines() if line.startswith("test:"))
     assert test.split(":")[1].split("##")[0].split() == ["lint", "unit", "lanes"]
     # One mirror for every lane, started around the sub-make; the image goes after it, on a line of its
     # own: make -n runs a line that names $(MAKE), so a removal on that line would run under a dry run
@@ -103,7 +103,7 @@ def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_image()
     # Every fault test file runs in one of the two targets, and none in both.
     new = [line for line in lines if line.endswith("[faults-new] /'")]
     built = [line for line in lines if line.endswith("[faults-built] /'")]
-    files = sorted(path.name for path in (ROOT / "tests" / "integration").glob("test_*.py"))
+    files = sorted(path.name for path in (REPO / "tests" / "integration").glob("test_*.py"))
     named = sorted(re.findall(r"tests/integration/(test_\w+\.py)", " ".join(new + built)))
     assert named == files
     # One line per test (-v): -q's progress dots end no line, and the prefix shows whole lines only.

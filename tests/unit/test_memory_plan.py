@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -12,9 +11,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from conftest import REPO
 
-_spec = importlib.util.spec_from_file_location("memory_filters", REPO / "filter_plugins" / "memory.py")
-memory = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(memory)
+import memory
 
 STACK = REPO / "roles" / "stack" / "defaults" / "main"
 ARCH = yaml.safe_load((STACK / "model_architectures.yml").read_text())

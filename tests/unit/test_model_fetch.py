@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
+import model_fetch
+import tiny_model
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "roles" / "model" / "files"))
-sys.path.insert(0, str(REPO / "tests" / "fixtures"))
-import model_fetch  # noqa: E402
-import tiny_model  # noqa: E402
 
 
 def tool(*args: str) -> subprocess.CompletedProcess:

@@ -353,7 +353,6 @@ def test_return_documents_every_returned_key(name: str, tmp_path: Path, request:
 
 
 def test_lookup_return_documents_the_identity():
-    sys.path.insert(0, str(REPO / "lookup_plugins"))
     import stack_run
 
     _, returns = docs(REPO / "lookup_plugins" / "stack_run.py")

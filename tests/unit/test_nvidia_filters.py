@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,14 +11,11 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = Path(__file__).resolve().parent / "samples" / "nvidia-smi"
-PLUGIN_DIR = ROOT / "filter_plugins"
+import nvidia
 
-# Loaded by path: filter_plugins/ is not a package, and no conftest is assumed.
-_spec = importlib.util.spec_from_file_location("nvidia_filters", PLUGIN_DIR / "nvidia.py")
-nvidia = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(nvidia)
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = Path(__file__).resolve().parent / "samples" / "nvidia-smi"
+PLUGIN_DIR = REPO / "filter_plugins"
 
 PROFILES = {
     "pascal": {"compute_capabilities": ["6.0", "6.1", "6.2"], "torch_cuda_arch_list": "6.1"},

@@ -9,7 +9,6 @@ Ray take on a host that trains.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,8 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from conftest import REPO, run_play
 
-
-def _load(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-preflight = _load("preflight_filters", REPO / "filter_plugins" / "preflight.py")
-disk_space = _load("disk_space_module", REPO / "library" / "disk_space.py")
+import disk_space
+import preflight
 
 ROLE = REPO / "roles" / "preflight"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())

@@ -7,7 +7,6 @@ on PATH, and that python3, which records its arguments and environment.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shlex
@@ -21,6 +20,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from conftest import REPO, gpu_profile_names
 
+import memory
 import render
 import validate_overrides
 
@@ -35,9 +35,6 @@ TEMPLATES = [render.template_source(src) for src, _ in render.TEMPLATES.values()
 DEAD_VARIABLES = ("VLLM_DTYPE", "TRITON_MAX_SHARED_MEMORY")
 ARCHITECTURES = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml").read_text())
 PRESETS = ARCHITECTURES["stack_train_presets"]
-_memory_spec = importlib.util.spec_from_file_location("memory_filters", REPO / "filter_plugins" / "memory.py")
-memory = importlib.util.module_from_spec(_memory_spec)
-_memory_spec.loader.exec_module(memory)
 MIB = 2**20
 
 
@@ -399,7 +396,6 @@ FROM_THE_TORCH_LAYER = {"markupsafe"}
 
 
 def launcher_filters():
-    sys.path.insert(0, str(REPO / "filter_plugins"))
     import launcher
 
     return launcher

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 
+import role_docs
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
-import role_docs  # noqa: E402
 
 TOOL = [sys.executable, str(REPO / "tools" / "role_docs.py")]
 

@@ -11,7 +11,6 @@ file of its own under defaults/main/; its option leaves the default out and name
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from playbook import run as run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(
@@ -333,7 +334,7 @@ def test_dict_elements_follow_their_options():
 def run_layer_specs(tmp_path: Path, extra_vars: dict[str, Any], roles: list[str]) -> subprocess.CompletedProcess:
     """Preflight's check of every layer's spec (roles/preflight/tasks/layer_specs.yml), run by Ansible with
     the pascal profile and the defaults of the given roles, the way a play of those roles has them."""
-    playbook = tmp_path / "layer_specs.yml"
+    play_file = tmp_path / "layer_specs.yml"
     play = {
         "hosts": "localhost",
         "gather_facts": False,
@@ -351,12 +352,10 @@ def run_layer_specs(tmp_path: Path, extra_vars: dict[str, Any], roles: list[str]
             },
         ],
     }
-    playbook.write_text(yaml.safe_dump([play]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(REPO / "inventory" / "hosts.yml")]
-    command += ["-l", "localhost", str(playbook), "-e", "ansible_python_interpreter=" + sys.executable]
-    command += ["-e", json.dumps(extra_vars)]
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    play_file.write_text(yaml.safe_dump([play]))
+    inventory = REPO / "inventory" / "hosts.yml"
+    interpreter = "ansible_python_interpreter=" + sys.executable
+    return run_playbook(inventory, [], "-l", "localhost", "-e", interpreter, playbook=play_file, **extra_vars)
 
 
 def test_ansible_accepts_every_default_and_refuses_a_bad_value(tmp_path: Path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
@@ -10,9 +9,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from conftest import REPO
 
-_spec = importlib.util.spec_from_file_location("rollout_filters", REPO / "filter_plugins" / "rollout.py")
-rollout = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rollout)
+import rollout
 
 GROUP_VARS = REPO / "roles" / "stack" / "defaults" / "main"
 MODELS = yaml.safe_load((GROUP_VARS / "model_architectures.yml").read_text())["stack_model_architectures"]

@@ -21,17 +21,17 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-TOOL = ROOT / "tools" / "setup_python.py"
-sys.path.insert(0, str(ROOT / "tools"))
-import setup_python as sp  # noqa: E402
+import setup_python as sp
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "tools" / "setup_python.py"
 
 IMAGE = "localhost/verl-p40-debian:11"
-UV_CACHE = ROOT / ".cache" / "setup"
+UV_CACHE = REPO / ".cache" / "setup"
 
 
 def test_the_lock_pins_uv_with_the_hash_of_every_file():
-    version, hashes = sp.locked((ROOT / "requirements.txt").read_text(), "uv")
+    version, hashes = sp.locked((REPO / "requirements.txt").read_text(), "uv")
     assert version == "0.13.9" and len(hashes) >= 10
     with pytest.raises(ValueError, match="not pinned with hashes"):
         sp.locked("uv==0.13.9\n", "uv")
@@ -98,7 +98,7 @@ def test_make_setup_asks_the_tool_and_passes_python_only_when_named():
             ["make", "--no-print-directory", "-n", "-W", "requirements.txt", "setup", *args],
             capture_output=True,
             text=True,
-            cwd=ROOT,
+            cwd=REPO,
             check=True,
         )
         return done.stdout.splitlines()[0]
@@ -108,7 +108,7 @@ def test_make_setup_asks_the_tool_and_passes_python_only_when_named():
     assert '"$python" -m venv --clear .venv' in default
     named = dry("PYTHON=python3.12", "SETUP_UV=no", "SETUP_PYTHON_VERSION=3.13")
     assert "--python 'python3.12' --only --uv 'no' --uv-python '3.13'" in named
-    makefile = (ROOT / "Makefile").read_text()
+    makefile = (REPO / "Makefile").read_text()
     assert "--require-hashes -r requirements.txt" in makefile
 
 
@@ -204,12 +204,12 @@ python3 /repo/tools/setup_python.py; echo "rc=$?"
 def uv_wheel() -> Path:
     """uv's wheel for this machine, as make setup would fetch it (cached under .cache/setup)."""
     UV_CACHE.mkdir(parents=True, exist_ok=True)
-    version = sp.locked((ROOT / "requirements.txt").read_text(), "uv")[0]
+    version = sp.locked((REPO / "requirements.txt").read_text(), "uv")[0]
     pattern = "uv-%s-*_%s.whl" % (version, platform.machine())
     wheels = sorted(UV_CACHE.glob(pattern))
     if not wheels:
         try:
-            sp.pinned_uv(UV_CACHE, sp.DEFAULT_INDEX, (ROOT / "requirements.txt").read_text())
+            sp.pinned_uv(UV_CACHE, sp.DEFAULT_INDEX, (REPO / "requirements.txt").read_text())
         except RuntimeError as error:
             pytest.fail("cannot fetch uv's wheel from PyPI (make setup's index): %s" % error)
         wheels = sorted(UV_CACHE.glob(pattern))
@@ -219,7 +219,7 @@ def uv_wheel() -> Path:
 
 
 def test_debian_11_python_39_uv_from_the_lock_and_the_steps(tmp_path: Path):
-    env = dict(os.environ, CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(ROOT / ".cache" / "containers.conf")))
+    env = dict(os.environ, CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(REPO / ".cache" / "containers.conf")))
     present = subprocess.run(["podman", "image", "exists", IMAGE], env=env, check=False)
     if present.returncode != 0:
         pytest.fail("%s is missing: make images builds it" % IMAGE)
@@ -228,7 +228,7 @@ def test_debian_11_python_39_uv_from_the_lock_and_the_steps(tmp_path: Path):
     shutil.copy(uv_wheel(), wheels)
     command = [
         "podman", "run", "--rm", "--network", "none",
-        "-v", "%s:/repo:ro" % ROOT, "-v", "%s:/wheels:ro" % wheels,
+        "-v", "%s:/repo:ro" % REPO, "-v", "%s:/wheels:ro" % wheels,
         "-e", "SERVER=" + SERVER, "-e", "STANDIN=" + STANDIN,
         IMAGE, "bash", "-c", SCRIPT,
     ]  # fmt: skip

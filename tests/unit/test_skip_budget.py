@@ -3,7 +3,6 @@ and for tests/infra per Molecule scenario (VERL_P40_SCENARIO, set by each verify
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -14,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from repo import REPO, load_file
+
 SKIPPING = """
 import pytest
 
@@ -41,15 +41,8 @@ def test_imperative():
 """
 
 
-def shared_conftest():
-    """tests/conftest.py, loaded under its own name (`conftest` is this directory's)."""
-    spec = importlib.util.spec_from_file_location("tests_shared_conftest", REPO / "tests" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SHARED = shared_conftest()
+# tests/conftest.py, loaded under its own name (`conftest` is this directory's).
+SHARED = load_file(REPO / "tests" / "conftest.py", "tests_shared_conftest")
 INFRA_SCENARIOS = sorted(SHARED.SKIP_BUDGET["infra"])
 
 

@@ -13,14 +13,12 @@ import pwd
 import shutil
 import stat
 import tempfile
-import sys
 from pathlib import Path
 
 import pytest
+from ansible.module_utils import stack_files
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "module_utils"))
-import stack_files  # noqa: E402
 
 
 @pytest.fixture

@@ -11,11 +11,8 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "filter_plugins"))
-sys.path.insert(0, str(REPO / "library"))
-import disk_space  # noqa: E402
-from stack import (  # noqa: E402
+import disk_space
+from stack import (
     git_credential_line,
     pip_check_problems,
     stack_artifact,
@@ -26,6 +23,8 @@ from stack import (  # noqa: E402
     url_secrets,
     url_without_credentials,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 MANIFEST = yaml.safe_load((REPO / "roles/stack/defaults/main/artifacts.yml").read_text())["stack_artifacts"]
 

@@ -7,16 +7,15 @@ import io
 import json
 import os
 import pwd
-import sys
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 from conftest import run_module
 
+import stack_tree as st
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "library"))
-import stack_tree as st  # noqa: E402
 
 NOBODY = pwd.getpwnam("nobody")
 HOMES = ["/root", "/home/alice", "/home/verl", "/nonexistent"]

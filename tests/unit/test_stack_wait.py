@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import run_play
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "action_plugins"))
-import stack_wait  # noqa: E402
+from repo import REPO, load_file
+
+# The action plugin: `import stack_wait` is library/'s module of that name.
+stack_wait = load_file(REPO / "action_plugins" / "stack_wait.py", "stack_wait_action")
 
 
 def play(tmp_path: Path, tasks: list[dict]) -> subprocess.CompletedProcess:

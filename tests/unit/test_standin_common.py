@@ -8,29 +8,15 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.util
+import importlib
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures"
-sys.path.insert(0, str(FIXTURES))
-
-import standin_common as common  # noqa: E402 - tests/fixtures is put on sys.path above
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, FIXTURES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import standin_common as common
 
 
 # --------------------------------------------------------------------------
@@ -40,7 +26,7 @@ def load(name: str) -> ModuleType:
 @pytest.mark.parametrize("builder", ["standins", "standins_python"])
 def test_builders_use_the_shared_helpers(builder: str) -> None:
     # Broken case: a builder with its own copy of a helper (the copies drifted before).
-    module = load(builder)
+    module = importlib.import_module(builder)
     for name in ("run", "sha256_file", "key_of", "pip_download", "State", "tarinfo", "write_vars_file", "BuildError"):
         assert getattr(module, name) is getattr(common, name), f"{builder}.py has its own {name}"
     assert module.EXIT_UNREACHABLE == common.EXIT_UNREACHABLE == 3

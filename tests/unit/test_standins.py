@@ -10,7 +10,6 @@ that a package source is unreachable (its exit status 3).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -23,11 +22,12 @@ import tarfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+
+import standins
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tests" / "fixtures" / "standins.py"
@@ -35,17 +35,6 @@ TOOL = REPO / "tests" / "fixtures" / "standins.py"
 ROLE_FLAGS = ("--silent", "--toolkit", "--override", "--no-opengl-libs", "--no-man-page")
 RUN_TIMEOUT = 300
 EM_CUDA = 190  # ELF e_machine of NVIDIA cubins
-
-
-def _load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("standins", TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-standins = _load_tool()
 
 
 def _standins_dir() -> Path:

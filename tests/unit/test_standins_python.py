@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.server
-import importlib.util
 import json
 import os
 import re
@@ -31,6 +30,8 @@ from types import ModuleType
 
 import pytest
 import yaml
+
+import standins_python
 
 REPO = Path(__file__).resolve().parents[2]
 BUILDER = REPO / "tests" / "fixtures" / "standins_python.py"
@@ -50,14 +51,6 @@ SKIP_LINE = "standin apex: CUDA extensions skipped (no GPU in CI)"
 
 # --------------------------------------------------------------------------
 # helpers and fixtures
-
-
-def load_builder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("standins_python", BUILDER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(
@@ -86,7 +79,7 @@ def tree_hashes(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def builder() -> ModuleType:
-    return load_builder()
+    return standins_python
 
 
 @pytest.fixture(scope="session")

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "roles" / "verl" / "files"))
-import local_changes  # noqa: E402
+import local_changes
 
-TOOL = ROOT / "roles" / "verl" / "files" / "local_changes.py"
+REPO = Path(__file__).resolve().parents[2]
+
+TOOL = REPO / "roles" / "verl" / "files" / "local_changes.py"
 
 
 def git(repo: Path, *args: str) -> str:

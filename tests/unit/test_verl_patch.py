@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,12 +15,9 @@ from typing import Dict, Tuple
 import pytest
 from ansible.module_utils.verl_fixes import CATALOG, NEVER_TOUCH
 
-REPO = Path(__file__).resolve().parents[2]
+import verl_patch as vp
 
-# Loaded by path: library/ is not a package. conftest made module_utils importable.
-_spec = importlib.util.spec_from_file_location("verl_patch", REPO / "library" / "verl_patch.py")
-vp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(vp)
+REPO = Path(__file__).resolve().parents[2]
 
 ALL_FIXES = [
     "critic_eager_attention",

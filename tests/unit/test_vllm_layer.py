@@ -5,13 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-import sys
 from pathlib import Path
 
 from conftest import run_play
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
-import mirror  # noqa: E402
+import mirror
 
 REPO = Path(__file__).resolve().parents[2]
 # What a stage playbook gives its layers: the stack role's values (the torch record below is written
