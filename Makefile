@@ -17,8 +17,9 @@ export CONTAINERS_CONF := $(CACHE)/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # A recipe line that pipes (a lane's prefix, below) fails when its command does.
 .SHELLFLAGS := -o pipefail -c
-# Under make lanes each line a target prints starts with the target's name.
-LANE = $(if $(LANES),2>&1 | sed -u 's/^/[$@] /')
+# Under make lanes each line a target prints starts with the time and the target's name (a CI log
+# then shows what each lane spent: docs/testing.md). mawk's strftime; fflush: line by line.
+LANE = $(if $(LANES),2>&1 | awk '{ print strftime("%H:%M:%S") " [$@] " $$0; fflush() }')
 # The default scenario's verified container, committed for the cluster scenario's nodes and the
 # fault tests that start from a built host.
 STACK_IMAGE := localhost/verl-p40-stack:12

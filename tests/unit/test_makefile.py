@@ -15,6 +15,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
+# How make lanes prefixes a target's lines: the time, then the target's name.
+PREFIX = r"""\| awk '\{ print strftime\("%H:%M:%S"\) " \[(stack-image|molecule|faults-new|faults-built)\] " \$0; fflush\(\) \}'$"""
 # A target that prints a line and fails the way a lane's command would.
 PROBE = 'lane-probe: ; sh -c "echo a line; exit 3" $(LANE)'
 
@@ -31,9 +33,9 @@ def make(*args: str, makefile: Path = REPO / "Makefile") -> subprocess.Completed
 
 def test_a_lane_fails_when_its_command_does(tmp_path: Path):
     run = make("--eval", PROBE, "lane-probe", "LANES=1")
-    assert "[lane-probe] a line" in run.stdout
+    assert re.search(r"^\d\d:\d\d:\d\d \[lane-probe\] a line$", run.stdout, re.M), run.stdout
     assert run.returncode != 0, "the prefixing pipe hid the command's exit status"
-    # The broken case: without pipefail the pipe's status is sed's, and the lane passes.
+    # The broken case: without pipefail the pipe's status is awk's, and the lane passes.
     broken = tmp_path / "Makefile"
     broken.write_text(
         "".join(line for line in (REPO / "Makefile").read_text().splitlines(True) if ".SHELLFLAGS" not in line)
@@ -98,11 +100,11 @@ def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_image()
     assert [line for line in lines if "molecule test -s default" in line] == [order[0]]
     # Each target's lines carry its name, and under make lanes none starts a mirror of its own.
     for line in order:
-        assert re.search(r"\| sed -u 's/\^/\[(stack-image|molecule|faults-new|faults-built)\] /'$", line), line
+        assert re.search(PREFIX, line), line
         assert "mirror.py" not in line
     # Every fault test file runs in one of the two targets, and none in both.
-    new = [line for line in lines if line.endswith("[faults-new] /'")]
-    built = [line for line in lines if line.endswith("[faults-built] /'")]
+    new = [line for line in lines if "[faults-new]" in line]
+    built = [line for line in lines if "[faults-built]" in line]
     files = sorted(path.name for path in (REPO / "tests" / "integration").glob("test_*.py"))
     named = sorted(re.findall(r"tests/integration/(test_\w+\.py)", " ".join(new + built)))
     assert named == files
