@@ -487,12 +487,10 @@ class TestVerlRecovery:
         """A rerun with nothing to do decides from the records and a stat of their files: no probe of the
         env runs. A recorded file that changed, or -e verify, makes that one layer look again.
 
-        This host is a container of the committed image, and podman commit keeps whole seconds of a
-        file's mtime only: every recorded file's stat differs from its record, so the first run looks
-        at the layers with recorded files once, finds them sound and refreshes the records."""
-        run = host.play("--tags", "torch,apex,verl")
-        assert run.returncode == 0, run.output[-3000:]
-        assert "Ask the env for torch" in run.output and "Ask the env for apex_C" in run.output
+        This host is a container of the committed image, which keeps whole seconds of a file's mtime
+        only: the default scenario's side_effect.yml rounds the recorded files' times and converges
+        once more before the commit, so that the records match what the image holds. Without it,
+        this first run on a new container looks at every layer with recorded files."""
         run = host.play("--tags", "torch,apex,verl")
         assert run.returncode == 0, run.output[-3000:]
         assert "changed=0" in run.output
