@@ -1,13 +1,12 @@
 """One run at a time per host: the host_lock module and the stack_run lookup.
 
-The module runs in-process (AnsibleModule with patched arguments; exit_json/fail_json end in
-SystemExit and print the result), the way a task runs it on the host, minus the transport."""
+The module runs in this process (tests/fixtures/module_run.py: its main() with patched arguments,
+exit_json and fail_json), the way a task runs it on the host, minus the transport; test_through_ansible
+and the flock test run it as a task and in a Python of its own."""
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import io
 import json
 import multiprocessing
 import os
@@ -20,8 +19,8 @@ from pathlib import Path
 import pytest
 from ansible import context
 from ansible.errors import AnsibleError
-from ansible.module_utils.testing import patch_module_args
 from conftest import run_module
+from module_run import in_process
 
 import host_lock
 import stack_run
@@ -29,12 +28,10 @@ import stack_run
 REPO = Path(__file__).resolve().parents[2]
 
 
-def lock(args: dict) -> dict:
-    """host_lock's result for `args`, run in this process; _rc is 0 (exit_json) or 1 (fail_json)."""
-    out = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
-        host_lock.main()
-    return dict(json.loads(out.getvalue()), _rc=done.value.code)
+def lock(args: dict, check: bool = False) -> dict:
+    """host_lock's result for `args`, run in this process (in check mode with `check`); _rc is 0
+    (exit_json) or 1 (fail_json)."""
+    return in_process(host_lock, args, check=check)
 
 
 def run(name: str, **extra) -> dict:
@@ -150,10 +147,10 @@ def test_an_unreadable_lock_stops_the_run_with_what_to_do(tmp_path, content, mon
 
 def test_check_mode_takes_nothing(tmp_path):
     path = tmp_path / "run.lock"
-    looked = lock({"path": str(path), "run": run("run-a"), "_ansible_check_mode": True})
+    looked = lock({"path": str(path), "run": run("run-a")}, check=True)
     assert looked["_rc"] == 0 and looked["holder"]["id"] == "run-a" and not path.exists()
     lock({"path": str(path), "run": run("run-a")})
-    other = lock({"path": str(path), "run": run("run-b"), "break_lock": "run-a", "_ansible_check_mode": True})
+    other = lock({"path": str(path), "run": run("run-b"), "break_lock": "run-a"}, check=True)
     assert other["_rc"] == 0 and other["holder"]["id"] == "run-a" and "taken_over" not in other
 
 
