@@ -108,7 +108,8 @@ def main() -> None:
     )
     p = module.params
     name = p["name"] or os.path.basename(p["src"])
-    mode = int(str(p["mode"]), 8)
+    # A number is a mode YAML has read already (an unquoted 0644 is 420); text is octal.
+    mode = p["mode"] if isinstance(p["mode"], int) else int(str(p["mode"]), 8)
     result = dict(changed=True, path=os.path.join(p["dest"], name), sha256="", bytes=0)
     if "/" in name or name in ("", ".", ".."):
         module.fail_json(msg="stack_take: name '%s' is not a file name" % name, **result)
