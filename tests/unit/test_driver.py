@@ -7,11 +7,13 @@ decision for driver_install auto/never/always, and the plans per OS and driver_s
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from module_run import in_process
 
 import driver  # filter_plugins/driver.py (pytest.ini's pythonpath)
 import driver_info  # library/driver_info.py
@@ -446,6 +448,101 @@ def test_secure_boot_from_mokutil_and_efi(tmp_path: Path):
     assert driver_info.secure_boot(str(tmp_path), off) == "disabled"
     assert driver_info.secure_boot(str(tmp_path), odd) == "unknown"
     assert driver_info.secure_boot(str(tmp_path), "") == "unknown"
+
+
+# The module as a task runs it, in this process (tests/fixtures/module_run.py); test_module_docs runs it
+# through Ansible.
+
+P40_LINE = "echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled'\n"
+
+
+def facts(root: Path, smi: str, check: bool = False, **args: str) -> dict:
+    return in_process(
+        driver_info, dict({"root": str(root), "nvidia_smi": smi, "modinfo": "", "mokutil": ""}, **args), check=check
+    )
+
+
+def test_the_module_reports_the_hosts_devices_driver_and_boot(tmp_path: Path):
+    """One P40 bound to a working proprietary 580 driver, on a host booted with Secure Boot."""
+    fake_device(tmp_path, "0000:03:00.0", "0x10de", "0x1b38", "0x030200", bound="nvidia")
+    (tmp_path / "sys" / "module" / "nvidia").mkdir(parents=True)
+    (tmp_path / "sys" / "module" / "nvidia" / "version").write_text("580.105.08\n")
+    (tmp_path / "sys" / "firmware" / "efi").mkdir(parents=True)
+    smi = program(tmp_path / "nvidia-smi", P40_LINE)
+    mokutil = program(tmp_path / "mokutil", "echo 'SecureBoot enabled'\n")
+    found = facts(tmp_path, smi, mokutil=mokutil)
+    assert found["_rc"] == 0 and found["changed"] is False
+    assert found["devices"] == [
+        {"vendor": 0x10DE, "device": 0x1B38, "class": 0x030200, "driver": "nvidia", "address": "0000:03:00.0"}
+    ]
+    assert found["module"] == {"loaded": "580.105.08", "on_disk": None, "flavour": "proprietary"}
+    assert found["nvidia_smi"]["gpus"] == 1 and found["nvidia_smi"]["driver_version"] == "580.105.08"
+    assert found["installed"] == {"version": "580.105.08", "working": True, "flavour": "proprietary"}
+    assert found["nouveau_loaded"] is False and found["nvidia_smi_path"] == smi
+    assert found["kernel"] == os.uname().release and found["secure_boot"] == "enabled"
+    # It only reads: check mode (a --check run decides the same) gives the same.
+    assert facts(tmp_path, smi, check=True, mokutil=mokutil) == found
+
+
+def test_the_installed_version_is_nvidia_smis_else_the_loaded_modules_else_the_one_on_disk(tmp_path: Path):
+    """After an upgrade without a reboot the three differ; a driver that does not answer is still
+    installed (the layer replaces or repairs it), and none at all is None."""
+    smi = program(tmp_path / "nvidia-smi", P40_LINE)
+    failing = program(tmp_path / "nvidia-smi-failing", "echo 'NVIDIA-SMI has failed'; exit 9\n")
+    modinfo = program(
+        tmp_path / "modinfo", 'case "$2" in version) echo 590.44.01;; license) echo "Dual MIT/GPL";; esac\n'
+    )
+    root = tmp_path / "root"
+    (root / "sys" / "module" / "nvidia").mkdir(parents=True)
+    (root / "sys" / "module" / "nvidia" / "version").write_text("580.95.05\n")
+    installed = facts(root, smi, modinfo=modinfo)["installed"]
+    assert installed == {"version": "580.105.08", "working": True, "flavour": "proprietary"}
+    installed = facts(root, failing, modinfo=modinfo)["installed"]
+    assert installed == {"version": "580.95.05", "working": False, "flavour": "proprietary"}
+    (root / "sys" / "module" / "nvidia" / "version").unlink()
+    installed = facts(root, failing, modinfo=modinfo)["installed"]
+    assert installed == {"version": "590.44.01", "working": False, "flavour": "open"}
+    assert facts(root, failing)["installed"] == {"version": None, "working": False, "flavour": None}
+
+
+def test_a_driver_that_answers_without_a_card_is_not_working(tmp_path: Path):
+    """nvidia-smi exits 0 but lists no GPU (a card the driver does not support): not working."""
+    silent = program(tmp_path / "nvidia-smi", "echo 'No devices were found, yet exit 0'\n")
+    found = facts(tmp_path, silent)
+    assert found["nvidia_smi"]["rc"] == 0 and found["nvidia_smi"]["gpus"] == 0
+    assert found["installed"]["working"] is False
+
+
+def test_the_kernel_asked_is_the_one_modinfo_reads(tmp_path: Path):
+    """A driver built for a kernel not running yet is on disk for that kernel only."""
+    modinfo = program(
+        tmp_path / "modinfo",
+        'if [ "$1" = -k ]; then [ "$2" = 6.1.0-41-amd64 ] || exit 1; shift 2; else exit 1; fi\n'
+        'case "$2" in version) echo 580.105.08;; license) echo NVIDIA;; esac\n',
+    )
+    absent = str(tmp_path / "absent-nvidia-smi")
+    assert facts(tmp_path, absent, modinfo=modinfo, kernel="6.1.0-41-amd64")["module"]["on_disk"] == "580.105.08"
+    assert facts(tmp_path, absent, modinfo=modinfo)["module"]["on_disk"] is None
+
+
+def test_nouveau_loaded_is_read_from_sys_module(tmp_path: Path):
+    absent = str(tmp_path / "absent-nvidia-smi")
+    assert facts(tmp_path, absent)["nouveau_loaded"] is False
+    (tmp_path / "sys" / "module" / "nouveau").mkdir(parents=True)
+    assert facts(tmp_path, absent)["nouveau_loaded"] is True
+
+
+def test_nvidia_smi_is_a_path_as_given_or_a_name_found_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A path is reported as given, even where nothing is there yet; a name is looked up on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    program(bin_dir / "nvidia-smi", P40_LINE)
+    monkeypatch.setenv("PATH", "%s%s%s" % (bin_dir, os.pathsep, os.environ["PATH"]))
+    found = facts(tmp_path, "nvidia-smi")
+    assert found["nvidia_smi_path"] == str(bin_dir / "nvidia-smi") and found["installed"]["working"] is True
+    assert facts(tmp_path, "verl-p40-no-such-smi")["nvidia_smi_path"] is None
+    absent = str(tmp_path / "absent" / "nvidia-smi")
+    assert facts(tmp_path, absent)["nvidia_smi_path"] == absent
 
 
 def test_secure_boot_signs_with_the_users_key_or_stops_with_the_steps():
