@@ -5,72 +5,20 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 from conftest import play_results, run_module
+from repo import load_file
 
 import layer_state as ls
 
 REPO = Path(__file__).resolve().parents[2]
 
 LAYERS = ["preflight", "cuda", "cudnn", "apex"]
-
-
-@pytest.mark.parametrize(
-    "raw, expected",
-    [
-        ("", set()),
-        (None, set()),
-        ("cuda", {"cuda"}),
-        ("cuda, cudnn", {"cuda", "cudnn"}),
-        (["cudnn"], {"cudnn"}),
-        ("all", set(LAYERS)),
-    ],
-)
-def test_parse_rebuild(raw, expected):
-    assert ls.parse_rebuild(raw, LAYERS) == expected
-
-
-def test_parse_rebuild_refuses_unknown_layers():
-    with pytest.raises(ValueError, match="unknown layer.*cdua.*valid names are preflight, cuda"):
-        ls.parse_rebuild("cuda,cdua", LAYERS)
-
-
-@pytest.mark.parametrize(
-    "previous, requested, inputs, deps, expected",
-    [
-        ({}, False, {"v": 1}, {}, (True, "absent")),
-        ({"status": "building"}, False, {"v": 1}, {}, (True, "incomplete")),
-        ({"status": "unreadable"}, False, {"v": 1}, {}, (True, "incomplete")),
-        ({"status": "complete", "inputs": {"v": 1}, "requires": {}}, True, {"v": 1}, {}, (True, "requested")),
-        ({"status": "complete", "inputs": {"v": 1}, "requires": {}}, False, {"v": 2}, {}, (True, "inputs_changed")),
-        (
-            {"status": "complete", "inputs": {"v": 1}, "requires": {"cuda": "a"}},
-            False,
-            {"v": 1},
-            {"cuda": "b"},
-            (True, "dependency_changed"),
-        ),
-        (
-            {"status": "complete", "inputs": {"v": 1}, "requires": {"cuda": "a"}},
-            False,
-            {"v": 1},
-            {"cuda": "a"},
-            (False, "unchanged"),
-        ),
-    ],
-)
-def test_decide(previous, requested, inputs, deps, expected):
-    assert ls.decide(previous, inputs, deps, requested) == expected
-
-
-def test_outcome():
-    assert ls.outcome({}, True) == "built"
-    assert ls.outcome({"fingerprint": "x"}, True) == "rebuilt"
-    assert ls.outcome({"fingerprint": "x"}, False) == "unchanged"
 
 
 def test_read_state_treats_garbage_as_incomplete(tmp_path):
@@ -167,21 +115,6 @@ def test_bad_arguments_fail_clearly(tmp_path):
     assert unknown["_rc"] != 0 and "unknown layer(s) cdua" in unknown["msg"]
     bad = module(tmp_path, name="cuda", rebuild="cuda,nope")
     assert bad["_rc"] != 0 and "rebuild names unknown layer(s) nope" in bad["msg"]
-
-
-@pytest.mark.parametrize(
-    "build, reason, stale, verify, expected",
-    [
-        (True, "absent", [], False, (False, True, "absent")),  # may adopt what the host has
-        (True, "incomplete", [], False, (True, False, "incomplete")),
-        (True, "requested", [], True, (True, True, "requested")),
-        (False, "unchanged", [], False, (False, False, "unchanged")),  # a clean rerun looks at nothing
-        (False, "unchanged", [], True, (False, True, "unchanged")),
-        (False, "unchanged", ["/opt/x"], False, (False, True, "files_changed")),
-    ],
-)
-def test_verdict(build, reason, stale, verify, expected):
-    assert ls.verdict(build, reason, stale, verify) == expected
 
 
 def test_changed_files(tmp_path):
@@ -475,16 +408,6 @@ def test_a_run_without_the_lock_changes_no_layer(tmp_path):
 # -- the module in this process: each branch of main() and its helpers, in milliseconds ------------
 
 
-def test_parse_rebuild_takes_false_blanks_and_all_among_others():
-    assert ls.parse_rebuild(False, LAYERS) == set()
-    assert ls.parse_rebuild([" cuda ", "", "  "], LAYERS) == {"cuda"}
-    assert ls.parse_rebuild("cudnn,all", LAYERS) == set(LAYERS)
-    with pytest.raises(
-        ValueError, match=r"unknown layer\(s\) a, b; valid names are preflight, cuda, cudnn, apex, or 'all'"
-    ):
-        ls.parse_rebuild("b,a,cuda", LAYERS)
-
-
 def test_read_state_refuses_what_is_not_a_record(tmp_path):
     (tmp_path / "list.json").write_text("[1, 2]")
     assert ls.read_state(str(tmp_path / "list.json")) == {"status": "unreadable"}
@@ -733,3 +656,233 @@ def test_a_query_looks_at_the_recorded_files_and_at_the_ones_it_names_now(tmp_pa
     old.write_text("changed")
     stale = state(tmp_path, name="cuda", inputs={"v": 1})
     assert stale["changed_files"] == [str(old)] and stale["reason"] == "files_changed"
+
+
+# -- the action plugin (action_plugins/layer_state.py), in this process: the controller's answer -----
+
+ACTION = load_file(REPO / "action_plugins" / "layer_state.py", "layer_state_action")
+
+
+def built_stack(tmp_path: Path) -> Path:
+    """cuda (with a recorded file) and cudnn on top of it, recorded by run-a; the file's path."""
+    marker = tmp_path / "toolkit" / "version.json"
+    marker.parent.mkdir()
+    marker.write_text("{}")
+    state(tmp_path, name="cuda", state="present", run="run-a", version="11.8.89", inputs={"v": 1}, files=[str(marker)])
+    state(tmp_path, name="cudnn", state="present", run="run-a", version="8.9", inputs={"v": 2}, requires=["cuda"])
+    return marker
+
+
+def snap_of(tmp_path: Path, run: str = "run-a") -> dict:
+    """The stage's snapshot, as the module takes it on the host."""
+    return state(tmp_path, state="snapshot", run=run)["ansible_facts"]["stack_layer_snapshot"]
+
+
+def cudnn_query(tmp_path: Path, **args) -> dict:
+    return dict(dict(name="cudnn", inputs={"v": 2}, requires=["cuda"], run="run-a", **dirs(tmp_path)), **args)
+
+
+def test_the_controller_answers_a_clean_rerun_as_the_host_would(tmp_path):
+    marker = built_stack(tmp_path)
+    snap = snap_of(tmp_path)
+    for args in (
+        cudnn_query(tmp_path),
+        dict(cudnn_query(tmp_path), name="cuda", requires=[], inputs={"v": 1}, files=[str(marker)]),
+    ):
+        local = ACTION.unchanged(args, snap)
+        host = state(tmp_path, **args)
+        assert local["from_snapshot"] is True and local["changed"] is False and local["changed_files"] == []
+        skip = {"from_snapshot", "ansible_facts", "invocation", "_rc"} | PATH_INFO
+        assert {k: v for k, v in local.items() if k not in skip} == {k: v for k, v in host.items() if k not in skip}
+        name = args["name"]
+        assert local["ansible_facts"]["stack_layer_" + name] == host["ansible_facts"]["stack_layer_" + name]
+    # The request a stage passes by default asks for nothing; neither does a verify of false or no.
+    for request in (dict(rebuild=""), dict(rebuild=None), dict(rebuild=[]), dict(verify=False), dict(verify="no")):
+        assert ACTION.unchanged(cudnn_query(tmp_path, **request), snap) is not None, request
+
+
+def test_the_start_the_controller_reports_is_on_the_host_s_clock(tmp_path, monkeypatch):
+    """The summary subtracts the start from the host's finish time: the snapshot's offset (host minus
+    controller) moves the controller's clock onto the host's, rounded as the module rounds it."""
+    built_stack(tmp_path)
+    snap = snap_of(tmp_path)
+    monkeypatch.setattr(ACTION.time, "time", lambda: 1796191815.84567)
+    started = ACTION.unchanged(cudnn_query(tmp_path), dict(snap, offset=-12.5))["ansible_facts"]
+    assert started["stack_layer_cudnn_started"] == 1796191803.35
+    snap.pop("offset", None)
+    assert ACTION.unchanged(cudnn_query(tmp_path), snap)["ansible_facts"]["stack_layer_cudnn_started"] == 1796191815.85
+
+
+def _not_json() -> dict:
+    loop: dict = {}
+    loop["self"] = loop
+    return loop
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "no name",
+        "no snapshot",
+        "another state_dir",
+        "no run id",
+        "another run",
+        "rebuild all",
+        "rebuild named",
+        "rebuild list",
+        "verify all",
+        "verify true",
+        "other inputs",
+        "inputs not JSON (a set)",
+        "inputs not JSON (a loop)",
+        "no record",
+        "record without files",
+        "record building",
+        "no stat of the record",
+        "a file the record does not name",
+        "a recorded file changed",
+        "a required layer without a record",
+        "a required layer building",
+        "a required layer rebuilt",
+    ],
+)
+def test_the_controller_leaves_every_other_query_to_the_host(tmp_path, change):
+    """Only "nothing changed" is answered from the snapshot; anything else, or anything the snapshot
+    cannot tell, is the module's to decide (or refuse) on the host."""
+    marker = built_stack(tmp_path)
+    args = cudnn_query(tmp_path)
+    if change == "record without files":
+        cudnn = record(tmp_path, "cudnn")
+        del cudnn["files"]  # as an older version wrote it
+        (tmp_path / "layers" / "cudnn.json").write_text(json.dumps(cudnn))
+    elif change == "record building":
+        state(tmp_path, name="cudnn", state="building", run="run-a")
+    elif change == "a recorded file changed":
+        marker.write_text('{"cuda": 1}')
+        args = dict(args, name="cuda", requires=[], inputs={"v": 1}, files=[str(marker)])
+    elif change == "a required layer building":
+        state(tmp_path, name="cuda", state="building", run="run-a")
+    elif change == "a required layer rebuilt":
+        state(tmp_path, name="cuda", state="present", run="run-a", version="11.8.90", inputs={"v": 1, "update": 1})
+    snap = snap_of(tmp_path, run="" if change == "no run id" else "run-a")
+    args = {
+        "no name": dict(args, name=""),
+        "no run id": dict(args, run=""),
+        "another run": dict(args, run="run-b"),
+        "another state_dir": dict(args, state_dir=str(tmp_path / "elsewhere")),
+        "rebuild all": dict(args, rebuild=True),
+        "rebuild named": dict(args, rebuild="cudnn"),
+        "rebuild list": dict(args, rebuild=["cuda"]),
+        "verify all": dict(args, verify="all"),
+        "verify true": dict(args, verify=True),
+        "other inputs": dict(args, inputs={"v": 3}),
+        "inputs not JSON (a set)": dict(args, inputs={"v": {1, 2}}),
+        "inputs not JSON (a loop)": dict(args, inputs=_not_json()),
+        "no record": dict(args, name="apex", requires=[]),
+        "a file the record does not name": dict(args, files=[str(marker)]),
+        "a required layer without a record": dict(args, requires=["cuda", "preflight"]),
+    }.get(change, args)
+    if change == "no snapshot":
+        snap = {}
+    elif change == "no stat of the record":
+        snap["stale"].pop("cudnn")
+    assert ACTION.unchanged(args, snap) is None
+
+
+class Task:
+    """What ActionBase.run reads of a task."""
+
+    def __init__(self, args: dict, async_val: int = 0, check_mode: bool = False):
+        self.args, self.async_val, self.check_mode, self.action = args, async_val, check_mode, "layer_state"
+
+
+def plugin(tmp_path: Path, args: dict, answers: list | None = None, **task) -> tuple:
+    """The action plugin for one task, with the module run in this process (or the `answers` given,
+    in order); (plugin, the module arguments it sent to the host, one list per call)."""
+    action = ACTION.ActionModule.__new__(ACTION.ActionModule)
+    action._task = Task(args, **task)
+    action._connection = type("Connection", (), {"_shell": type("Shell", (), {"tmpdir": str(tmp_path)})()})()
+    sent: list = []
+
+    def execute(module_name, module_args, task_vars):
+        assert module_name == "layer_state"
+        sent.append(module_args)
+        if answers is not None:
+            return answers.pop(0)
+        return {k: v for k, v in state(tmp_path, **module_args).items() if k != "_rc"}
+
+    action._execute_module = execute
+    return action, sent
+
+
+def test_the_plugin_answers_from_the_task_s_snapshot_fact_and_asks_the_host_otherwise(tmp_path):
+    built_stack(tmp_path)
+    facts = {"ansible_facts": {"stack_layer_snapshot": snap_of(tmp_path)}}
+    action, sent = plugin(tmp_path, cudnn_query(tmp_path))
+    local = action.run(task_vars=facts)
+    assert local["from_snapshot"] is True and local["reason"] == "unchanged" and sent == []
+    for task_vars in ({}, None, {"ansible_facts": {}}):
+        action, sent = plugin(tmp_path, cudnn_query(tmp_path))
+        host = action.run(task_vars=task_vars)
+        assert "from_snapshot" not in host and host["reason"] == "unchanged" and len(sent) == 1
+        assert sorted(host["ansible_facts"]) == ["stack_layer_cudnn", "stack_layer_cudnn_started"]
+    # Only a query: marking a layer building goes to the host however unchanged the layer is.
+    action, sent = plugin(tmp_path, cudnn_query(tmp_path, state="building"))
+    assert action.run(task_vars=facts)["changed"] and len(sent) == 1
+
+
+def test_a_change_to_a_record_empties_the_snapshot_and_nothing_else_does(tmp_path):
+    """A later layer of the same run then asks the host: its required layer's record is new."""
+    built_stack(tmp_path)
+    facts = {"ansible_facts": {"stack_layer_snapshot": snap_of(tmp_path)}}
+    for args in (
+        dict(name="cuda", state="present", run="run-a", inputs={"v": 1}, **dirs(tmp_path)),
+        dict(name="cuda", state="building", run="run-a", **dirs(tmp_path)),
+    ):
+        action, _ = plugin(tmp_path, args)
+        done = action.run(task_vars=facts)
+        assert done["changed"] and done["ansible_facts"]["stack_layer_snapshot"] == {}, args["state"]
+    # Marked building again by the same run: nothing changed, no fact at all (the snapshot stays).
+    action, _ = plugin(tmp_path, dict(name="cuda", state="building", run="run-a", **dirs(tmp_path)))
+    unchanged = action.run(task_vars=facts)
+    assert unchanged["changed"] is False and "ansible_facts" not in unchanged
+
+
+def test_the_snapshot_carries_the_host_s_clock_offset(tmp_path, monkeypatch):
+    monkeypatch.setattr(ACTION.time, "time", lambda: 1796191815.84567)
+    snap = {"run": "run-a", "state_dir": "/x", "host_time": 1796191803.5, "records": {}, "stale": {}}
+    action, _ = plugin(tmp_path, {"state": "snapshot"}, answers=[{"ansible_facts": {"stack_layer_snapshot": snap}}])
+    assert action.run(task_vars={})["ansible_facts"]["stack_layer_snapshot"]["offset"] == -12.346
+    # A module that failed returns no snapshot: nothing to add to, and no empty fact either.
+    action, _ = plugin(tmp_path, {"state": "snapshot"}, answers=[{"failed": True, "msg": "locked"}])
+    assert action.run(task_vars={}) == {"failed": True, "msg": "locked"}
+
+
+def test_the_plugin_runs_in_check_mode_but_not_async(tmp_path):
+    """Check mode previews a layer (the module supports it); an async layer_state task would record a
+    layer nobody waits for, so Ansible refuses it."""
+    action, sent = plugin(tmp_path, dict(name="cuda", inputs={"v": 1}, **dirs(tmp_path)), check_mode=True)
+    assert action.run(task_vars={})["reason"] == "absent" and len(sent) == 1
+    action, sent = plugin(tmp_path, dict(name="cuda", **dirs(tmp_path)), async_val=60)
+    with pytest.raises(ACTION.AnsibleActionFail, match="does not support async"):
+        action.run(task_vars={})
+    assert sent == []
+
+
+def test_the_shared_decision_is_the_module_s_own_or_loaded_from_the_module_utils_path(tmp_path, monkeypatch):
+    """On the controller the decision comes from sys.modules when the module's copy is loaded (the
+    same functions), else from the module_utils directories ansible.cfg names; none: a clear stop."""
+    loaded = sys.modules[ACTION.SHARED]
+    assert ACTION.shared() is loaded
+    monkeypatch.delitem(sys.modules, ACTION.SHARED)
+    monkeypatch.setattr(ACTION.C, "DEFAULT_MODULE_UTILS_PATH", [str(tmp_path), str(REPO / "module_utils")])
+    found = ACTION.shared()
+    assert found is not loaded and found.decide({}, {}, {}, False) == (True, "absent")
+    assert sys.modules[ACTION.SHARED] is found  # loaded once per run
+    monkeypatch.delitem(sys.modules, ACTION.SHARED)
+    monkeypatch.setattr(ACTION.C, "DEFAULT_MODULE_UTILS_PATH", [str(tmp_path)])
+    with pytest.raises(ACTION.AnsibleActionFail, match="not in the module_utils path \\(%s\\)" % tmp_path):
+        ACTION.shared()
+    monkeypatch.setattr(ACTION.C, "DEFAULT_MODULE_UTILS_PATH", None)
+    with pytest.raises(ACTION.AnsibleActionFail, match=r"module_utils path \(\); run from the project root"):
+        ACTION.shared()
