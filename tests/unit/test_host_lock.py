@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from module_run import in_process
 
 import host_lock
 import stack_run
+from ansible.module_utils import stack_lock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -187,6 +189,172 @@ def test_through_ansible(tmp_path):
     assert run_module("host_lock", {"path": path, "run": run("run-a")})["_rc"] == 0
     refused = run_module("host_lock", {"path": path, "run": run("run-b"), "break_lock": "run-x"})
     assert refused["_rc"] != 0 and "-e break_lock=run-a" in refused["msg"]
+
+
+def test_a_run_without_an_id_is_refused(tmp_path):
+    """Every run that takes the lock is named by it; an empty id would match no holder, or every one."""
+    for run_without_id in ({"controller": "ctl"}, run("")):
+        refused = lock({"path": str(tmp_path / "run.lock"), "run": run_without_id})
+        assert refused["_rc"] == 1 and refused["msg"] == "host_lock: run.id is empty."
+    assert not (tmp_path / "run.lock").exists()
+
+
+def test_the_lock_is_made_where_everyone_can_read_who_holds_the_host(tmp_path):
+    """Its directory is made when missing; a user who cannot run the stack can still read the holder."""
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "lib" / "verl-p40" / "run.lock"
+        taken = lock({"path": str(path), "run": run("run-a")})
+    finally:
+        os.umask(old)
+    current_boot = Path(host_lock.BOOT_ID).read_text().strip()
+    assert taken["_rc"] == 0 and taken["holder"] == dict(run("run-a"), boot_id=current_boot)
+    assert holder(path) == taken["holder"]
+    assert path.stat().st_mode & 0o7777 == 0o644 and path.parent.stat().st_mode & 0o7777 == 0o755
+
+
+def test_query_reads_the_holder_and_changes_nothing(tmp_path):
+    path = tmp_path / "lock" / "run.lock"
+    nobody = lock({"path": str(path), "run": run("run-a"), "state": "query"})
+    assert nobody["_rc"] == 0 and nobody["holder"] == {} and not nobody["changed"]
+    assert not path.parent.exists()
+    lock({"path": str(path), "run": run("run-a")})
+    seen = lock({"path": str(path), "run": run("run-b"), "state": "query"})
+    assert seen["_rc"] == 0 and seen["holder"]["id"] == "run-a" and holder(path)["id"] == "run-a"
+
+
+def test_releasing_is_the_holders_alone_and_needs_no_lock(tmp_path):
+    """Another run's release leaves the lock and says whose it is; with no lock (or no directory for
+    it) a release has nothing to do, and makes nothing."""
+    path = tmp_path / "lock" / "run.lock"
+    gone = lock({"path": str(path), "run": run("run-a"), "state": "released"})
+    assert gone["_rc"] == 0 and gone["holder"] == {} and not path.parent.exists()
+    lock({"path": str(path), "run": run("run-a")})
+    kept = lock({"path": str(path), "run": run("run-b"), "state": "released"})
+    assert kept["_rc"] == 0 and kept["holder"]["id"] == "run-a" and path.exists()
+    released = lock({"path": str(path), "run": run("run-a"), "state": "released"})
+    assert released["_rc"] == 0 and released["holder"] == {} and not path.exists()
+    again = lock({"path": str(path), "run": run("run-a"), "state": "released"})
+    assert again["_rc"] == 0 and again["holder"] == {}
+
+
+def test_a_release_waits_for_the_directorys_flock(tmp_path):
+    """A release is a read-decide-delete as well: it must not delete a lock another run is replacing."""
+    path = tmp_path / "run.lock"
+    lock({"path": str(path), "run": run("run-a")})
+    results: list[dict] = []
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        releasing = threading.Thread(
+            target=lambda: results.append(lock({"path": str(path), "run": run("run-a"), "state": "released"}))
+        )
+        releasing.start()
+        releasing.join(1.0)
+        assert releasing.is_alive(), "released without the directory's flock"
+        assert path.exists()
+    finally:
+        os.close(fd)
+    releasing.join(30)
+    assert results[0]["_rc"] == 0 and not path.exists()
+
+
+def test_a_host_without_a_boot_id_judges_no_lock_stale_by_a_reboot(tmp_path, monkeypatch):
+    """Without /proc/sys/kernel/random/boot_id there is nothing to compare: a lock is no older than
+    this boot as far as the module can tell, so it is refused, not taken."""
+    monkeypatch.setattr(host_lock, "BOOT_ID", str(tmp_path / "no-boot-id"))
+    path = tmp_path / "run.lock"
+    path.write_text(json.dumps(run("run-a", boot_id="an-earlier-boot")))
+    refused = lock({"path": str(path), "run": run("run-b")})
+    assert refused["_rc"] == 1 and "Another run of the stack holds this host: run run-a" in refused["msg"]
+    path.unlink()
+    taken = lock({"path": str(path), "run": run("run-b")})
+    assert taken["_rc"] == 0 and holder(path)["boot_id"] == ""
+    # A lock without a boot id (an older version's) is not stale by a reboot either.
+    monkeypatch.undo()
+    path.write_text(json.dumps(run("run-a")))
+    assert lock({"path": str(path), "run": run("run-b")})["_rc"] == 1
+
+
+def test_a_lock_that_appears_after_the_read_is_not_overwritten(tmp_path, monkeypatch):
+    """The lock is created exclusively: a lock another run made since this one looked (a run that
+    does not take the directory's flock, an older version) stays, and its holder is named."""
+    path = tmp_path / "run.lock"
+    lock({"path": str(path), "run": run("run-a")})
+    reads = []
+
+    def read_late(where):
+        reads.append(where)
+        return None if len(reads) == 1 else stack_lock.read_lock(where)
+
+    monkeypatch.setattr(host_lock, "read_lock", read_late)
+    refused = lock({"path": str(path), "run": run("run-b")})
+    assert refused["_rc"] == 1 and "holds this host: run run-a of alice@ctl" in refused["msg"]
+    assert holder(path)["id"] == "run-a"
+
+
+def test_a_live_holder_with_steps_running_is_simply_another_run(tmp_path):
+    """Without a takeover or break_lock, the holder's running steps change nothing in the refusal: the
+    run is not called gone."""
+    path = tmp_path / "run.lock"
+    lock({"path": str(path), "run": run("run-a")})
+    step = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN="run-a"))
+    try:
+        refused = lock({"path": str(path), "run": run("run-b")})
+    finally:
+        step.kill()
+        step.wait()
+    assert refused["_rc"] == 1 and refused["msg"].startswith("Another run of the stack holds this host: run run-a")
+    assert str(step.pid) not in refused["msg"]
+    assert refused["holder"]["id"] == "run-a"
+
+
+def test_breaking_an_unreadable_lock_ignores_the_asking_runs_own_steps(tmp_path, monkeypatch):
+    """A step of the run that asks (an earlier stage of it) is no reason to keep the damaged lock."""
+    ours: set[int] = set()
+    every = host_lock.jobs_of
+    monkeypatch.setattr(host_lock, "jobs_of", lambda *a, **k: [job for job in every(*a, **k) if job[0] in ours])
+    path = tmp_path / "run.lock"
+    path.write_text("{not json")
+    own = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN="run-b"))
+    ours.add(own.pid)
+    try:
+        taken = lock({"path": str(path), "run": run("run-b"), "break_lock": "unreadable"})
+    finally:
+        own.kill()
+        own.wait()
+    assert taken["_rc"] == 0 and taken["taken_over"]["unreadable"] and holder(path)["id"] == "run-b"
+    assert taken["taken_over"]["reason"] == "unreadable, broken with -e break_lock"
+
+
+def fake_process(proc: Path, pid: str, environ: list[str] | None, cmdline: bytes = b"sleep\x0060\x00", uid: int = 0):
+    """An entry of a /proc stand-in: its environ (None: the process ended while it was read) and cmdline."""
+    entry = proc / pid
+    entry.mkdir()
+    if environ is not None:
+        (entry / "environ").write_bytes(b"".join(var.encode() + b"\0" for var in environ))
+        (entry / "cmdline").write_bytes(cmdline)
+    os.chown(entry, uid, 0)
+
+
+def test_the_steps_of_a_run_are_the_processes_whose_environment_names_it(tmp_path):
+    """jobs_of reads VERL_P40_RUN from each process's environment: that exact run (or any run but one
+    for an unreadable lock), never the module itself, and a process that ended meanwhile is no step."""
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    fake_process(proc, "101", ["PATH=/bin", "VERL_P40_RUN=run-a"], uid=1234)
+    fake_process(proc, "9", ["VERL_P40_RUN=run-a"], cmdline=b"python3\x00" + b"x" * 200 + b"\x00")
+    fake_process(proc, "102", ["VERL_P40_RUN=run-ab"])
+    fake_process(proc, "103", ["PATH=/bin", "NOT_VERL_P40_RUN=run-a"])
+    fake_process(proc, "104", ["VERL_P40_RUN=run-b"])
+    fake_process(proc, "105", None)
+    fake_process(proc, str(os.getpid()), ["VERL_P40_RUN=run-a"])
+    fake_process(proc, "self", ["VERL_P40_RUN=run-a"])
+    long_line = "uid 0: " + ("python3 " + "x" * 200)[:120]
+    assert host_lock.jobs_of("run-a", str(proc)) == [(9, long_line), (101, "uid 1234: sleep 60")]
+    assert [pid for pid, _ in host_lock.jobs_of(None, str(proc), but="run-b")] == [9, 101, 102]
+    assert [pid for pid, _ in host_lock.jobs_of(None, str(proc), but="run-a")] == [102, 104]
+    assert host_lock.jobs_of("run-c", str(proc)) == []
 
 
 # -- the stack_run lookup -----------------------------------------------------------------------
