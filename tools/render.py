@@ -7,15 +7,17 @@
     python tools/render.py --profile pascal --out DIR --nvidia-smi gpus.csv [--nvidia-smi-topo p2p.txt]
     python tools/render.py --list-profiles
 
-Variables come from where the train role gets them, in Ansible's order: the
-defaults of the roles of the training play (the stack role's shared values and
-manifests, the profiles among them; data, model, train: the train role's data
-and model paths are the data and model layers' output directories), then the
-play's group_vars for all hosts (group_vars/all.yml, the file users edit, read
-by Ansible's own vars plugin from playbooks/, as a play of playbooks/train.yml
+Variables come from where the train role gets them, in Ansible's order
+(tools/stack_vars.py, which tests/infra's StackVars shares): the defaults of
+the roles of the training play (the stack role's shared values and manifests,
+the profiles among them; data, model, train: the train role's data and model
+paths are the data and model layers' output directories), then the play's
+group_vars for all hosts (group_vars/all.yml, the file users edit, read by
+Ansible's own vars plugin from playbooks/, as a play of playbooks/train.yml
 gets it), then --vars-file files and --var key=value pairs (YAML values, like
--e). The profile is handed over as preflight_profile, the way the preflight
-role sets it, so train_profile resolves through the role's own default.
+-e). The host is alone, in no inventory. The profile is handed over as
+preflight_profile, the way the preflight role sets it, so train_profile
+resolves through the role's own default.
 
 The templates (templates/train.sh.j2, train.env.j2) are found the way the
 train role's template tasks find them, by Ansible's search path for a role's
@@ -48,10 +50,9 @@ os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
 
 from ansible import constants as C  # noqa: E402
 from ansible.errors import AnsibleError  # noqa: E402
-from ansible.inventory.group import Group  # noqa: E402
 from ansible.parsing.dataloader import DataLoader  # noqa: E402
 from ansible.template import Templar, trust_as_template  # noqa: E402
-from ansible.vars.plugins import get_vars_from_path  # noqa: E402
+from stack_vars import PLAY_DIR, PlayVars, play_group_vars, role_defaults  # noqa: E402, F401
 
 sys.path.insert(0, str(REPO / "filter_plugins"))
 from control import WHY as CONTROL_WHY  # noqa: E402
@@ -63,14 +64,10 @@ from nvidia import gpus_picked, nvidia_smi_gpus, nvidia_smi_p2p  # noqa: E402
 # roles' output directories (train_data_dir, train_model_path).
 # The training play's role defaults: stack (every layer role's dependency) holds its values in
 # defaults/main/*.yml, the others in defaults/main.yml.
-DEFAULTS_FILES = [
-    *sorted((REPO / "roles" / "stack" / "defaults" / "main").glob("*.yml")),
-    *(REPO / "roles" / role / "defaults" / "main.yml" for role in ("data", "model", "train")),
-]
-# The directory of the training play (playbooks/train.yml): Ansible loads its group_vars/ and
-# looks in its templates/ for a role's template the role does not hold (both are links to the
-# project's top-level directories of those names).
-PLAY_DIR = REPO / "playbooks"
+DEFAULTS_FILES = role_defaults("stack", "data", "model", "train")
+# PLAY_DIR (stack_vars.py), the directory of the training play (playbooks/train.yml): Ansible loads
+# its group_vars/ and looks in its templates/ for a role's template the role does not hold (both
+# are links to the project's top-level directories of those names).
 TRAIN_ROLE = REPO / "roles" / "train"
 # What the train role renders on a host: file -> (the template task's src, mode).
 TEMPLATES = {
@@ -179,17 +176,6 @@ def profile_problems(name: str, profile: Any) -> list[str]:
     return problems
 
 
-def _trusted(value: Any) -> Any:
-    """Mark strings as templates, as Ansible does for -e values."""
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trusted(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _trusted(item) for key, item in value.items()}
-    return value
-
-
 def parse_var(text: str) -> tuple[str, Any]:
     """'key=value' -> (key, YAML value of value)."""
     key, sep, raw = text.partition("=")
@@ -207,21 +193,18 @@ def template_source(src: str, play_dir: Path = PLAY_DIR) -> Path:
     return Path(loader.path_dwim_relative_stack(role, "templates", src, is_role=True))
 
 
-def play_group_vars(loader: DataLoader, play_dir: Path = PLAY_DIR) -> dict[str, Any]:
-    """The group_vars of group all beside the play (group_vars/all.yml), by Ansible's vars plugins."""
-    return get_vars_from_path(loader, str(play_dir), [Group("all")], "task")
+def play_variables(extra_vars: dict[str, Any] | None = None) -> PlayVars:
+    """The training play's variables for a host alone (stack_vars.py's order): its role defaults, then
+    its group_vars for all hosts, then extra vars (highest). The host is localhost, or the
+    inventory_hostname extra vars give (then alone in groups, unless they set groups too)."""
+    hostname = (extra_vars or {}).get("inventory_hostname", "localhost")
+    return PlayVars(DEFAULTS_FILES, play_dir=PLAY_DIR, hostname=hostname, extra_vars=extra_vars)
 
 
 def load_variables(extra_vars: dict[str, Any] | None = None) -> tuple[DataLoader, dict[str, Any]]:
-    """The training play's role defaults, then its group_vars for all hosts, then extra vars (highest),
-    untemplated."""
-    loader = DataLoader()
-    data: dict[str, Any] = {}
-    for path in DEFAULTS_FILES:
-        data.update(loader.load_from_file(str(path), trusted_as_template=True) or {})
-    data.update(play_group_vars(loader))
-    data.update(_trusted(extra_vars or {}))
-    return loader, data
+    """play_variables' loader and variables, untemplated."""
+    variables = play_variables(extra_vars)
+    return variables.loader, variables.data
 
 
 def spec_options() -> list[str]:
@@ -252,21 +235,21 @@ def input_control_problems(templar: Templar, data: dict[str, Any]) -> list[str]:
 
 def render(profile: str, out_dir: Path, extra_vars: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write train.sh and train.env for a profile into out_dir; return their paths."""
-    loader, data = load_variables(extra_vars)
+    variables = play_variables(extra_vars)
+    data = variables.data
     profiles = data.get("stack_gpu_profiles") or {}
     if profile not in profiles:
         raise ValueError(f"unknown profile {profile!r}; known: {', '.join(sorted(profiles))}")
     problems = profile_problems(profile, profiles[profile])
     if problems:
         raise ValueError("; ".join(problems))
-    # preflight sets this fact in a play (roles/preflight/tasks/profile.yml).
-    data.setdefault("preflight_profile", {**profiles[profile], "name": profile})
-    # What a play has of its inventory: one host, in no Ray cluster (stack_ray_group).
-    data.setdefault("inventory_hostname", "localhost")
-    data.setdefault("groups", {"all": [data["inventory_hostname"]]})
-    data.setdefault("hostvars", {})
+    # preflight sets this fact in a play (roles/preflight/tasks/profile.yml); extra vars still win.
+    # What the play has of its inventory came with the variables: one host (localhost unless extra
+    # vars name it, groups and hostvars), in no Ray cluster (stack_ray_group).
+    variables.use_profile(profile)
+    # What the template module adds.
     data.setdefault("ansible_managed", C.config.get_config_value("DEFAULT_MANAGED_STR"))
-    templar = Templar(loader=loader, variables=data)
+    templar = variables.templar
     # The names train.env exports, refused before anything is written (preflight does the same on a host).
     problems = launcher_env_problems(templar.template(data.get("train_extra_env")), "train_extra_env")
     if problems:
