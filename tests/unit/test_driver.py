@@ -562,3 +562,169 @@ def test_secure_boot_signs_with_the_users_key_or_stops_with_the_steps():
     assert driver.driver_secure_boot(runfile, "enabled", "/root/mok.key")["action"] == "stop"
     dkms = driver.driver_secure_boot(distro, "enabled", "/root/mok.key", "/root/mok.der")
     assert dkms["action"] == "stop" and "/etc/dkms/framework.conf" in dkms["message"]
+
+
+# --- the edges of each decision ------------------------------------------------------------------
+
+
+def test_a_device_id_read_as_hex_text_is_the_same_card():
+    # driver_gpu_arch as a filter takes the id as sysfs and lspci print it.
+    assert driver.gpu_arch("1b38") == driver.gpu_arch(0x1B38)
+    assert driver.gpu_arch("1b38")["name"] == "GP102GL [Tesla P40]"
+
+
+@pytest.mark.parametrize(("device", "limit"), [(0x17FD, 580), (0x1B38, 580), (0x1DB4, 580), (0x102D, 470)])
+def test_each_architecture_alone_ends_at_its_own_last_branch(device, limit):
+    # Maxwell, Pascal, Volta: R580 (NVIDIA's deprecation schedule); Kepler: R470.
+    assert driver.driver_choice(cards(device))["limit"] == limit
+
+
+def test_the_last_branch_itself_and_cuda_s_own_branch_are_accepted():
+    assert driver.driver_choice(cards(0x1B38), branch=580)["problems"] == []
+    # R520 is the branch of 520.61.05, the driver CUDA 11.8 bundles.
+    assert driver.driver_choice(cards(0x1EB8), branch=520)["problems"] == []
+    assert driver.driver_choice(cards(0x1EB8), branch=519)["problems"] == [
+        "driver_branch 519: CUDA 11.8 needs 520.61.05 or newer"
+    ]
+
+
+def test_a_branch_too_new_names_the_first_architecture_it_leaves_behind():
+    # Maxwell and Pascal both end at R580: the refusal names the older, once.
+    refused = driver.driver_choice(cards(0x17FD, 0x1B38), branch=590)
+    assert refused["problems"] == [
+        "driver_branch 590: R580 is the last branch for Maxwell cards (GM200GL [Tesla M40] (10de:17fd)); a newer"
+        " driver does not see them"
+    ]
+
+
+def test_the_open_flavour_refusal_names_the_cards_that_need_the_proprietary_one():
+    opened = driver.driver_choice(cards(0x1B38, 0x1EB8), flavour="open")
+    assert opened["problems"] == [
+        "driver_flavour open: the open kernel modules need Turing or newer (the GSP), and GP102GL [Tesla P40]"
+        " (10de:1b38) is not; use proprietary"
+    ]
+    # An unknown card alone: its id, since its architecture is not known.
+    unknown = driver.driver_choice(cards(0x2330), flavour="open")
+    assert unknown["problems"][-1].endswith("and 10de:2330 is not; use proprietary")
+
+
+def test_a_plan_without_a_kernel_release_or_with_an_unknown_source_is_refused():
+    assert (
+        "the running kernel's release (uname -r) is not known"
+        in driver.driver_plan(dict(DEBIAN, kernel=""))["problems"]
+    )
+    assert driver.driver_plan(DEBIAN, source="ppa")["problems"] == ["driver_source 'ppa': give auto, distro or runfile"]
+
+
+def test_the_steps_are_what_a_person_runs_for_each_plan():
+    assert driver.driver_plan(UBUNTU)["steps"] == [
+        "sudo apt-get update",
+        "apt-cache policy linux-modules-nvidia-580-server-5.15.0-91-generic   # Canonical's signed modules for this"
+        " kernel; where there are none, install linux-headers-5.15.0-91-generic nvidia-dkms-580-server in its place",
+        "sudo apt-get install -y linux-modules-nvidia-580-server-5.15.0-91-generic nvidia-headless-no-dkms-580-server"
+        " nvidia-utils-580-server",
+        "sudo apt-mark hold linux-modules-nvidia-580-server-5.15.0-91-generic nvidia-headless-no-dkms-580-server"
+        " nvidia-utils-580-server",
+        "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee /etc/modprobe.d/verl-p40-nouveau.conf",
+        "sudo update-initramfs -u",
+        "sudo reboot   # then: nvidia-smi",
+    ]
+    distro = driver.driver_plan(DEBIAN, source="distro")
+    assert distro["components"] == ["contrib", "non-free", "non-free-firmware"]
+    assert distro["steps"][:4] == [
+        "# enable the contrib non-free non-free-firmware components in /etc/apt/sources.list, then:",
+        "sudo apt-get update",
+        "sudo apt-get install -y linux-headers-6.1.0-28-amd64 nvidia-kernel-dkms nvidia-smi libcuda1",
+        "sudo apt-mark hold nvidia-kernel-dkms nvidia-smi libcuda1",
+    ]
+    # Debian 11 has no non-free-firmware component.
+    assert driver.driver_plan(dict(DEBIAN, version="11.11"), source="distro")["components"] == ["contrib", "non-free"]
+    # Not pinned yet: the steps name the file by its branch; nothing is held.
+    unpinned = driver.driver_plan(DEBIAN)["steps"]
+    assert unpinned[:4] == [
+        "sudo apt-get update",
+        "sudo apt-get install -y linux-headers-6.1.0-28-amd64 dkms gcc make",
+        "# download NVIDIA-Linux-x86_64-580.<version>.run and check its sha256 against the manifest's"
+        " nvidia_driver_runfile, then:",
+        "sudo sh ./'NVIDIA-Linux-x86_64-580.<version>.run' --silent --dkms -m=kernel",
+    ]
+    assert not any(line.startswith("sudo apt-mark hold") for line in unpinned)
+
+
+def test_debian_s_distro_packages_are_proprietary_only():
+    opened = driver.driver_plan(DEBIAN, source="distro", flavour="open")
+    assert opened["problems"] == ["driver_source distro on Debian: the layer installs the proprietary modules only"]
+
+
+@pytest.mark.parametrize("missing", ["url", "sha256", "version"])
+def test_a_runfile_entry_missing_any_pin_is_not_pinned(missing):
+    plan = driver.driver_plan(DEBIAN, runfile=dict(RUNFILE, **{missing: ""}))
+    assert plan["problems"] == [
+        "driver_source runfile: the manifest entry nvidia_driver_runfile (version, file, url, sha256 of NVIDIA's R580"
+        " .run installer) is not pinned yet; pin it in stack_artifact_overrides, or use driver_source: distro"
+    ]
+    # On Ubuntu the way out names Canonical's packages.
+    ubuntu = driver.driver_plan(dict(UBUNTU, version="20.04"), runfile=dict(RUNFILE, **{missing: ""}))
+    assert ubuntu["problems"][0].endswith("or use driver_source: distro (Ubuntu's packages)")
+
+
+def test_a_runfile_of_another_branch_is_named_with_its_branch():
+    other = driver.driver_plan(DEBIAN, branch=580, runfile=dict(RUNFILE, version="570.1.2", file="x-570.run"))
+    assert other["problems"] == [
+        "driver_branch 580: the pinned runfile x-570.run is R570; pin the 580 one in nvidia_driver_runfile"
+    ]
+
+
+def test_cuda_s_own_minimum_driver_and_a_turing_card_s_open_modules_are_kept():
+    assert (
+        driver.driver_decision(cards(0x1B38), {"version": "520.61.05", "working": True}, "auto", UBUNTU)["action"]
+        == "keep"
+    )
+    open_t4 = {"version": "580.105.08", "working": True, "flavour": "open"}
+    assert driver.driver_decision(cards(0x1EB8), open_t4, "auto", UBUNTU)["action"] == "keep"
+    # A driver nothing says works is not kept.
+    assert driver.driver_decision(cards(0x1B38), {"version": "580.105.08"}, "auto", UBUNTU)["action"] == "install"
+
+
+def test_a_debian_release_without_distro_packages_keeps_the_chosen_branch():
+    decision = driver.driver_decision(cards(0x1B38), None, "auto", dict(DEBIAN, version="10"), source="distro")
+    assert decision["action"] == "stop" and decision["choice"]["branch"] == 580
+
+
+def test_never_without_problems_says_nothing_more_and_with_them_warns():
+    quiet = driver.driver_decision(cards(0x1B38), None, "never", UBUNTU)["message"]
+    assert "Beware" not in quiet
+    fedora = {"distribution": "Fedora", "version": "40", "kernel": "6.8.5"}
+    warned = driver.driver_decision(cards(0x1B38), None, "never", fedora, runfile=RUNFILE)["message"]
+    assert warned.endswith(
+        "\nBeware:\n- the driver layer knows Ubuntu 20.04, 22.04, 24.04 and Debian 11, 12, 13, not fedora 40"
+    )
+
+
+def test_a_stop_says_why_as_a_sentence_and_what_stands_in_the_way():
+    fedora = {"distribution": "Fedora", "version": "40", "kernel": "6.8.5"}
+    stop = driver.driver_decision(cards(0x1B38), None, "auto", fedora, runfile=RUNFILE)
+    assert stop["reason"] == "no NVIDIA driver is installed"
+    assert stop["message"] == (
+        "No NVIDIA driver is installed; the driver layer cannot install one here:\n"
+        "- the driver layer knows Ubuntu 20.04, 22.04, 24.04 and Debian 11, 12, 13, not fedora 40"
+    )
+    present = {"version": "580.105.08", "working": True, "flavour": "proprietary"}
+    always = driver.driver_decision(cards(0x1B38), present, "always", fedora, runfile=RUNFILE)
+    assert (
+        always["reason"] == "driver_install: always"
+        and "cannot install one here:\n- the driver layer knows" in (always["message"])
+    )
+
+
+def test_versions_compare_by_number_after_the_install():
+    # The module's version and the one installed, written with or without their zero parts.
+    assert driver.driver_after_install(cards(0x1B38), "580.105", "580.105.0")["action"] == "none"
+    assert driver.driver_after_install(cards(0x1B38), "580.105.8", "580.105.08")["action"] == "none"
+    # A kernel built for, with the running one not known: nothing says a reboot is needed.
+    assert driver.driver_after_install(cards(0x1B38), None, "580.105.08", kernel="6.1.0-41-amd64")["action"] == "load"
+    rebooting = driver.driver_after_install([dict(cards(0x1B38)[0], driver="nouveau")], None, "580.105.08", reboot=True)
+    assert (
+        rebooting["message"]
+        == "driver 580.105.08 installed; nouveau drives 0000:01:00.0: rebooting (driver_reboot: true)"
+    )

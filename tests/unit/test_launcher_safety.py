@@ -23,7 +23,7 @@ from conftest import REPO
 
 import render
 import validate_overrides as vo
-from launcher import hydra_value, launcher_env, launcher_env_problems
+from launcher import hydra_value, launcher_env, launcher_env_problems, verl_logger_problems, verl_loggers
 
 # The HF rollout is sized from the model's config (filter_plugins/rollout.py).
 MODEL_CONFIG = yaml.safe_load((REPO / "roles" / "stack" / "defaults" / "main" / "model_architectures.yml").read_text())[
@@ -101,6 +101,12 @@ def test_env_value_must_be_a_scalar(value):
 def test_env_must_be_a_mapping():
     (problem,) = launcher_env_problems("X=1;touch pwned", "train_extra_env")
     assert "should be a mapping" in problem
+
+
+def test_a_name_that_is_no_string_is_refused():
+    # YAML reads `train_extra_env: {1: x}` with the number 1 as the key.
+    (problem,) = launcher_env_problems({1: "x", "OK": "1"}, "train_extra_env")
+    assert problem.startswith("train_extra_env: 1 is not an environment variable name")
 
 
 def test_render_refuses_a_bad_name_before_writing(tmp_path: Path):
@@ -271,6 +277,35 @@ def test_escaped_interpolation_does_not_survive_verls_resolve(verl_041_pristine:
 def test_other_types_are_refused():
     with pytest.raises(AnsibleFilterError, match="data.x: .* is a dict"):
         hydra_value({"a": 1}, "data.x")
+
+
+# -- train_logger -------------------------------------------------------------------
+# verl asserts each name of trainer.logger when training starts, after Ray and the workers have
+# started, and stops at the import of a logger whose package the env lacks: refused before that.
+
+
+def test_the_loggers_the_env_runs_pass_unchanged():
+    assert verl_logger_problems(["console", "tensorboard", "wandb"]) == []
+    assert verl_loggers(("console", "tensorboard")) == ["console", "tensorboard"]
+
+
+def test_each_bad_logger_is_named_and_console_is_kept():
+    problems = verl_logger_problems(["console", "mlflow", "nope"], "train_logger")
+    assert problems == [
+        "train_logger: verl's 'mlflow' logger needs a package the env does not install (it is not in "
+        "roles/verl/files/requirements-verl-0.4.1.txt); use console, tensorboard, wandb",
+        "train_logger: 'nope' is not one of verl 0.4.1's loggers; use console, tensorboard, wandb",
+    ]
+    (problem,) = verl_logger_problems(["tensorboard"], "train_logger")
+    assert problem.startswith("train_logger must keep console")
+    with pytest.raises(AnsibleFilterError, match="'mlflow' logger needs a package.*; train_logger must keep console"):
+        verl_loggers(["mlflow"])
+
+
+@pytest.mark.parametrize("loggers", ["console", None, ["console", 1], {"console": True}])
+def test_loggers_must_be_a_list_of_names(loggers):
+    (problem,) = verl_logger_problems(loggers, "train_logger")
+    assert problem.startswith("train_logger should be a list of verl's logger names (console, tensorboard, wandb)")
 
 
 # -- the rendered launcher: verl's config, bash ---------------------------------------

@@ -65,7 +65,7 @@ def test_ubuntu_goes_on_with_a_warning_that_it_is_not_tested(version: str):
 )
 def test_other_releases_are_refused_naming_both_lists(distribution: str, version: str):
     found = preflight.preflight_os(distribution, version, TESTED, UNTESTED)
-    assert not found["accepted"]
+    assert not found["accepted"] and not found["tested"]
     # The wording the fault test of a built host (tests/infra/test_preflight.py) looks for.
     assert found["message"].startswith("%s %s is not supported." % (distribution, version))
     assert "Converged in CI: Debian 11/12" in found["message"]
@@ -181,6 +181,16 @@ def test_a_path_outside_this_play_is_measured_where_its_default_lies():
 def test_a_path_nothing_in_this_play_names_is_left_out():
     found = requirements(dict(SYSTEM_STAGE, cudnn_prefix=""))
     assert "cudnn_prefix" not in sizes(found)
+    # Only that one: every path after it in the table is still checked.
+    assert set(sizes(found)) == set(sizes(requirements())) - {"cudnn_prefix"}
+
+
+def test_without_a_model_size_the_fixed_sizes_are_still_checked():
+    # The filter called with the table and the values alone (model_params_b left at its default):
+    # nothing is asked for the model's trees, every fixed size is.
+    found = sizes(preflight.disk_requirements(TABLE, SYSTEM_STAGE))
+    assert found["model_dir"] == 0 and found["train_checkpoint_dir"] == 0
+    assert found["cuda_prefix"] == 8 and found["stack_conda_prefix"] == 10
 
 
 def test_checkpoints_are_the_retention_times_the_model():
@@ -196,6 +206,20 @@ def test_checkpoints_are_the_retention_times_the_model():
 def test_a_host_without_a_gpu_writes_no_checkpoints():
     assert "train_checkpoint_dir" not in sizes(requirements(training=False))
     assert "model_dir" in sizes(requirements(training=False))
+    # Wherever the training entry stands in the table, the entries after it are still checked.
+    table = [TABLE[-1], *TABLE[:-1]]
+    assert set(sizes(preflight.disk_requirements(table, SYSTEM_STAGE, training=False, model_params_b=0.5))) == set(
+        sizes(requirements(training=False))
+    )
+
+
+def test_a_size_of_whole_tenths_of_a_gib_is_not_rounded_up_and_one_byte_more_is():
+    # 2**30 parameters: the model directory is exactly 4 GiB, a checkpoint exactly 24 GiB; one
+    # parameter more (4 and 24 bytes more) needs the next tenth, as a need is never rounded down.
+    exact = sizes(requirements(dict(SYSTEM_STAGE, train_max_checkpoints=1), model_params_b=2**30 / 1e9))
+    assert (exact["model_dir"], exact["train_checkpoint_dir"]) == (4.0, 24.0)
+    over = sizes(requirements(dict(SYSTEM_STAGE, train_max_checkpoints=1), model_params_b=(2**30 + 1) / 1e9))
+    assert (over["model_dir"], over["train_checkpoint_dir"]) == (4.1, 24.1)
 
 
 def test_a_built_layer_needs_no_more_room():
@@ -212,7 +236,7 @@ def test_a_built_layer_needs_no_more_room():
     assert requirements(records={entry["layer"]: {"status": "complete"} for entry in TABLE}) == []
 
 
-@pytest.mark.parametrize("bad", ["many", -1, True, None])
+@pytest.mark.parametrize("bad", ["many", -1, True, None, float("nan"), float("inf")])
 def test_a_size_that_is_no_number_is_refused_by_name(bad: Any):
     with pytest.raises(AnsibleFilterError, match="preflight_disk_cuda_gb"):
         requirements(dict(SYSTEM_STAGE, preflight_disk_cuda_gb=bad))
@@ -248,7 +272,12 @@ def test_one_p40_with_the_pascal_profile():
     # Offload 24 bytes a parameter (actor optimizer 8, critic params 4 + optimizer 8, ref 4) = 11.2,
     # loading 1.9, two Ray workers 5.0, Ray and the OS 2.0.
     assert need["gib"] == 20.1
-    assert "CPU offload 11.2 (24 B per parameter" in need["why"] and "the pascal profile on 1 GPU(s)" in need["why"]
+    # The message preflight prints: each part with the figures it is made of.
+    assert need["why"] == (
+        "the pascal profile on 1 GPU(s), preflight_model_params_b 0.5: CPU offload 11.2 (24 B per parameter: "
+        "the profile's offload and the ref), model loading 1.9 (an fp32 copy per GPU), Ray workers 5.0 (2 x 2.5), "
+        "Ray and the OS 2.0"
+    )
 
 
 def test_the_profiles_offload_decides_the_memory():
@@ -259,7 +288,16 @@ def test_the_profiles_offload_decides_the_memory():
 
 
 def test_more_gpus_more_workers_and_copies_while_loading():
-    assert preflight.training_ram(profile("pascal"), 0.5, 4)["gib"] == round(11.2 + 7.5 + 5 * 2.5 + 2.0, 1)
+    need = preflight.training_ram(profile("pascal"), 0.5, 4)
+    assert need["gib"] == round(11.2 + 7.5 + 5 * 2.5 + 2.0, 1)
+    assert "model loading 7.5 (an fp32 copy per GPU), Ray workers 12.5 (5 x 2.5)" in need["why"]
+
+
+def test_a_memory_of_whole_tenths_of_a_gib_is_not_rounded_up_and_one_parameter_more_is():
+    # 2**30 parameters on one P40: offload exactly 24 GiB, loading exactly 4 GiB; one more parameter
+    # needs a tenth more of each.
+    assert preflight.training_ram(profile("pascal"), 2**30 / 1e9, 1)["gib"] == 24 + 4 + 5 + 2
+    assert preflight.training_ram(profile("pascal"), (2**30 + 1) / 1e9, 1)["gib"] == 24.1 + 4.1 + 5 + 2
 
 
 def test_a_host_without_a_gpu_is_not_checked():
@@ -269,6 +307,8 @@ def test_a_host_without_a_gpu_is_not_checked():
 def test_the_minimum_set_replaces_the_estimate_and_zero_turns_it_off():
     assert preflight.training_ram(profile("pascal"), 0.5, 0, 64) == {"gib": 64.0, "why": "preflight_min_ram_gb"}
     assert preflight.training_ram(profile("pascal"), 0.5, 4, 0) == {}
+    # Any minimum above zero is checked, a fraction of a GiB too.
+    assert preflight.training_ram(profile("pascal"), 0.5, 4, 0.5) == {"gib": 0.5, "why": "preflight_min_ram_gb"}
 
 
 def test_the_memory_refusal_names_the_figures_and_the_variables():
@@ -278,6 +318,14 @@ def test_the_memory_refusal_names_the_figures_and_the_variables():
     assert problem.startswith("Not enough memory: 16.0 GiB RAM, training needs 20.1 GiB")
     for name in ("preflight_min_ram_gb", "preflight_model_params_b", "train_gpus"):
         assert name in problem
+
+
+def test_exactly_the_memory_needed_is_enough_and_a_megabyte_less_is_not():
+    # memtotal_mb is in MiB: 20480 MiB is 20 GiB.
+    ram = {"gib": 20.0, "why": "preflight_min_ram_gb"}
+    assert preflight.resource_problems([], 20480, ram) == []
+    [problem] = preflight.resource_problems([], 20479, ram)
+    assert problem.startswith("Not enough memory: 20.0 GiB RAM, training needs 20.0 GiB (preflight_min_ram_gb)")
 
 
 def test_an_unknown_precision_is_refused():

@@ -77,6 +77,16 @@ def test_bad_entries(override, message):
         stack_artifact(MANIFEST, "cuda_runfile", {"cuda_runfile": override})
 
 
+def test_a_bad_sha256_is_refused_even_where_none_is_required():
+    # require_sha256=False lets an entry without one through; a wrong one is still a wrong one.
+    with pytest.raises(AnsibleFilterError, match="is not 64 hex digits"):
+        stack_artifact(MANIFEST, "vllm_wheel", {"vllm_wheel": {"sha256": "123"}}, require_sha256=False)
+    good = "b" * 64
+    assert (
+        stack_artifact(MANIFEST, "vllm_wheel", {"vllm_wheel": {"sha256": good}}, require_sha256=False)["sha256"] == good
+    )
+
+
 def test_unknown_key():
     with pytest.raises(AnsibleFilterError, match="not in stack_artifacts"):
         stack_artifact(MANIFEST, "cuda_rnufile")
@@ -134,6 +144,33 @@ def test_pip_check_passes(result, allowed):
 def test_pip_check_fails(result, message):
     problems = pip_check_problems(result, [r"^nothing-matches-this"])
     assert any(message in problem for problem in problems), problems
+
+
+def test_pip_check_messages_quote_what_pip_said():
+    # The message is all a user sees of the failed task: the exit status, stderr's last five lines,
+    # stdout's first five unknown lines, or that stdout was empty.
+    stderr = "".join("line %d\n" % n for n in range(1, 7))
+    assert pip_check_problems({"rc": 127, "stdout": "", "stderr": "sh: python: not found"}) == [
+        "pip check wrote errors: sh: python: not found",
+        "pip check did not run (exit 127); stderr: sh: python: not found",
+    ]
+    assert pip_check_problems({"rc": 2, "stdout": "", "stderr": stderr}) == [
+        "pip check wrote errors: line 2 | line 3 | line 4 | line 5 | line 6",
+        "pip check did not run (exit 2); stderr: line 2 | line 3 | line 4 | line 5 | line 6",
+    ]
+    assert pip_check_problems({"rc": 0, "stdout": "", "stderr": ""}) == [
+        "pip check exited 0 without its all-clear (stdout: empty)"
+    ]
+    assert pip_check_problems({"rc": 0, "stdout": "Segmentation fault\n", "stderr": ""}) == [
+        "pip check exited 0 without its all-clear (stdout: Segmentation fault)"
+    ]
+    garbage = "".join("junk %d\n" % n for n in range(1, 7))
+    assert pip_check_problems({"rc": 1, "stdout": FINDING + "\n" + garbage, "stderr": ""}, [".*"]) == [
+        "pip check printed what it never prints: junk 1 | junk 2 | junk 3 | junk 4 | junk 5"
+    ]
+    assert pip_check_problems({"rc": 1, "stdout": "", "stderr": "WARNING: no cache\n"}) == [
+        "pip check exited 1 without reporting a finding (it did not run?); stderr: WARNING: no cache"
+    ]
 
 
 def test_pip_check_of_an_env_without_pip_fails(tmp_path):
@@ -197,6 +234,12 @@ def test_url_redacted_hides_query_and_path_tokens(url, shown):
     assert url_redacted(url) == shown
 
 
+def test_a_token_as_the_last_segment_is_hidden_unless_it_is_kept():
+    url = "https://dl.example/private/AbCdEf1234567890"
+    assert url_redacted(url) == "https://dl.example/private/***"
+    assert url_redacted(url, keep_last=True) == url
+
+
 def test_the_artifact_fact_holds_no_credentials():
     # The entry becomes a fact that -v prints: the mirror's userinfo, query and path token are hidden
     # there; only credentials=True (the no_log download task) gets the URL whole, its query after the file.
@@ -226,6 +269,23 @@ def test_url_credentials_are_decoded_for_the_module():
         "password": "glpat-xyz",
     }
     assert url_credentials("https://mirror.example/a@b") == {"user": "", "password": ""}
+
+
+def test_url_secrets_are_every_value_the_url_hides():
+    # Each query value (one holding "=" too, as base64 does), a bare query word and the fragment;
+    # a secret under 4 characters is left out, one of 4 kept.
+    url = "https://ci:pw1@h.example/x?token=dG9rZW4==&s3cr3tword&k=abcd#frag-secret"
+    assert url_secrets(url) == ["frag-secret", "s3cr3tword", "dG9rZW4==", "ci:pw1", "abcd"]
+    assert url_secrets("not a url") == [] and url_secrets("") == []
+
+
+def test_text_redacted_replaces_a_url_whole_before_a_shorter_one_it_begins_with():
+    # url_redacted hides values too short to be shredded as secrets (k=v1): the longer URL must be
+    # replaced whole, or the shorter one's replacement leaves it unmatched and v1 shows.
+    short, whole = "https://h.example/a?x=1", "https://h.example/a?x=1&k=v1"
+    assert text_redacted("fetching " + whole, short, whole) == "fetching https://h.example/a?x=***&k=***"
+    assert text_redacted("not a url here", "not a url") == "not a url here"
+    assert text_redacted(None, whole) == ""
 
 
 def test_text_redacted_scrubs_urls_and_their_secrets():
@@ -263,6 +323,12 @@ def test_git_urls_lose_their_credentials(url, bare, line):
     assert git_credential_line(url) == line
 
 
+def test_git_credential_lines_keep_a_colon_of_the_password_and_need_a_host():
+    # Only the first ":" splits user from password; the store file needs a host to match on.
+    assert git_credential_line("https://ci:p:ss@git.example/verl.git") == "https://ci:p%3Ass@git.example"
+    assert git_credential_line("https://ci:s3cret@/verl.git") == ""
+
+
 def test_credentials_in_an_ssh_url_are_refused():
     with pytest.raises(AnsibleFilterError, match="only http and https"):
         git_credential_line("ssh://git:pw@git.example/verl.git")
@@ -291,9 +357,24 @@ def test_summary_gives_each_layer_its_outcome_and_seconds():
     assert rows[1].endswith("95.2 s") and rows[0].endswith("unchanged") and rows[2].endswith("unchanged")
 
 
+def test_summary_seconds_are_never_negative_nor_rounded_up_to_one():
+    facts = {
+        "stack_layer_cuda_started": 1000.0,
+        "stack_layer_cuda": {"version": "11.8.89", "outcome": "unchanged", "finished": 1000.5},
+        # The host's clock stepped back between the query and the record.
+        "stack_layer_torch_started": 2000.0,
+        "stack_layer_torch": {"version": "2.6.0+cu118", "outcome": "unchanged", "finished": 1990.0},
+    }
+    rows = stack_summary(facts, ["cuda", "torch"])
+    assert rows[0].endswith(" 0.5 s") and rows[1].endswith(" 0.0 s")
+
+
 def test_summary_names_gpus_without_peer_to_peer():
     p2p = {"checked": True, "ok": False, "blocked": ["GPU0-GPU1", "GPU0-GPU2"]}
     rows = stack_summary({}, ["cuda"], p2p)
     assert rows[-1].startswith("gpus") and "GPU0-GPU1, ..." in rows[-1] and "NCCL_P2P_DISABLE=1" in rows[-1]
     assert len(stack_summary({}, ["cuda"], {"checked": True, "ok": True, "blocked": []})) == 1
+    # One pair blocked: named alone.
+    rows = stack_summary({}, ["cuda"], {"checked": True, "ok": False, "blocked": ["GPU0-GPU1"]})
+    assert "no peer-to-peer (GPU0-GPU1):" in rows[-1]
     assert len(stack_summary({}, ["cuda"], {"checked": False, "ok": None, "blocked": []})) == 1
