@@ -438,6 +438,17 @@ def test_nvidia_smi_working_failing_and_missing(tmp_path: Path):
     assert driver_info.smi_state("no-such-nvidia-smi-on-path")["rc"] == 127
 
 
+def test_a_long_error_keeps_its_last_500_characters(tmp_path: Path):
+    """The reason nvidia-smi gives comes last (after a driver's banner, a library's warnings): that end
+    is kept, bounded, so the result stays readable."""
+    noisy = program(
+        tmp_path / "nvidia-smi",
+        "printf 'warning: %0600d\\n' 0 >&2; echo 'Failed to initialize NVML: Driver/library version mismatch' >&2; exit 18\n",
+    )
+    error = driver_info.smi_state(noisy)["error"]
+    assert len(error) == 500 and error.endswith("\nFailed to initialize NVML: Driver/library version mismatch")
+
+
 def test_secure_boot_from_mokutil_and_efi(tmp_path: Path):
     assert driver_info.secure_boot(str(tmp_path), "mokutil") == "disabled"  # no EFI: legacy boot
     (tmp_path / "sys" / "firmware" / "efi").mkdir(parents=True)
