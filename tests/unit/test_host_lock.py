@@ -304,9 +304,14 @@ def test_a_live_holder_with_steps_running_is_simply_another_run(tmp_path):
     finally:
         step.kill()
         step.wait()
-    assert refused["_rc"] == 1 and refused["msg"].startswith("Another run of the stack holds this host: run run-a")
-    assert str(step.pid) not in refused["msg"]
-    assert refused["holder"]["id"] == "run-a"
+    assert refused["_rc"] == 1 and refused["holder"]["id"] == "run-a"
+    assert refused["msg"] == (
+        "Another run of the stack holds this host: run run-a of alice@ctl (controller pid 4242), started "
+        "2026-12-01T00:00:00Z (lock %s). Wait for it to finish. A run of this controller that is gone is taken "
+        "over by itself; this one cannot be checked from here (another machine, perhaps with the same host name, "
+        "or a lock of an older version), or is still running. If you know it is no longer running (killed, or its "
+        "controller is gone), rerun with -e break_lock=run-a." % path
+    )
 
 
 def test_breaking_an_unreadable_lock_ignores_the_asking_runs_own_steps(tmp_path, monkeypatch):
@@ -337,24 +342,38 @@ def fake_process(proc: Path, pid: str, environ: list[str] | None, cmdline: bytes
     os.chown(entry, uid, 0)
 
 
-def test_the_steps_of_a_run_are_the_processes_whose_environment_names_it(tmp_path):
+@pytest.mark.parametrize("listed", ["as made", "reversed"])
+def test_the_steps_of_a_run_are_the_processes_whose_environment_names_it(tmp_path, monkeypatch, listed):
     """jobs_of reads VERL_P40_RUN from each process's environment: that exact run (or any run but one
-    for an unreadable lock), never the module itself, and a process that ended meanwhile is no step."""
+    for an unreadable lock), never the module itself, and a process that ended meanwhile is no step;
+    in pid order, whatever order /proc lists them in."""
     proc = tmp_path / "proc"
     proc.mkdir()
+    fake_process(proc, "self", ["VERL_P40_RUN=run-a"])
+    fake_process(proc, str(os.getpid()), ["VERL_P40_RUN=run-a"])
+    fake_process(proc, "105", None)
     fake_process(proc, "101", ["PATH=/bin", "VERL_P40_RUN=run-a"], uid=1234)
     fake_process(proc, "9", ["VERL_P40_RUN=run-a"], cmdline=b"python3\x00" + b"x" * 200 + b"\x00")
     fake_process(proc, "102", ["VERL_P40_RUN=run-ab"])
     fake_process(proc, "103", ["PATH=/bin", "NOT_VERL_P40_RUN=run-a"])
     fake_process(proc, "104", ["VERL_P40_RUN=run-b"])
-    fake_process(proc, "105", None)
-    fake_process(proc, str(os.getpid()), ["VERL_P40_RUN=run-a"])
-    fake_process(proc, "self", ["VERL_P40_RUN=run-a"])
+    made = ["self", str(os.getpid()), "105", "101", "9", "102", "103", "104"]
+    real = os.listdir
+    order = made if listed == "as made" else made[::-1]
+    monkeypatch.setattr(os, "listdir", lambda where: list(order) if where == str(proc) else real(where))
     long_line = "uid 0: " + ("python3 " + "x" * 200)[:120]
     assert host_lock.jobs_of("run-a", str(proc)) == [(9, long_line), (101, "uid 1234: sleep 60")]
     assert [pid for pid, _ in host_lock.jobs_of(None, str(proc), but="run-b")] == [9, 101, 102]
     assert [pid for pid, _ in host_lock.jobs_of(None, str(proc), but="run-a")] == [102, 104]
     assert host_lock.jobs_of("run-c", str(proc)) == []
+
+
+@pytest.mark.parametrize("missing", ["path", "run"])
+def test_a_task_without_its_lock_path_or_run_is_refused(tmp_path, missing):
+    args = {"path": str(tmp_path / "run.lock"), "run": run("run-a")}
+    del args[missing]
+    refused = lock(args)
+    assert refused["_rc"] == 1 and refused["msg"] == "missing required arguments: " + missing
 
 
 # -- the stack_run lookup -----------------------------------------------------------------------
