@@ -59,8 +59,15 @@ def progress_line(label: str, elapsed: float, size: int | None, last: str) -> st
     return ", ".join(parts)
 
 
-# Exits 0 once no process runs `async_wrapper.py <jid prefix> ...` ($1), else after 60 looks 0.25 s apart.
+# Ends the finished job's async_wrapper processes (`async_wrapper.py <jid prefix> ...`, $1): their
+# job is over, and what is left of them only sleeps out async_wrapper's 5-s poll. Exits 0 once none
+# runs, else after 60 looks 0.25 s apart.
 WRAPPER_GONE = """
+pids=''
+for f in /proc/[0-9]*/cmdline; do
+  case "$(tr '\\0' ' ' < "$f" 2>/dev/null)" in *"async_wrapper.py $1 "*) p=${f#/proc/}; pids="$pids ${p%/cmdline}" ;; esac
+done
+[ -z "$pids" ] || kill $pids 2>/dev/null
 i=0
 while [ "$i" -lt 60 ]; do
   alive=''
@@ -135,10 +142,11 @@ class ActionModule(ActionBase):
         )
 
     def _wrapper_gone(self, jid: str, task_vars) -> None:
-        """Wait (15 s at most) for the job's async_wrapper to exit: it outlives the job by up to 5 s
-        (it polls the job every 5 s) and carries the run's VERL_P40_RUN, so a run that ended on this
-        job (a failed download, say) would leave the host lock held, "its steps still run", for the
-        user's immediate rerun."""
+        """End the finished job's async_wrapper and wait (15 s at most) until it is gone. It outlives
+        the job by up to 5 s (it looks at the job every 5 s, the first time 5 s after the start) and
+        carries the run's VERL_P40_RUN: a run that ended on this job (a failed download, say) would
+        leave the host lock held, "its steps still run", for the user's immediate rerun, and waiting
+        for it to go by itself added those seconds to every wait."""
         self._run(["sh", "-c", WRAPPER_GONE, "stack_wait", jid.split(".")[0]], task_vars)
 
     def _run(self, argv: list[str], task_vars) -> str:

@@ -118,3 +118,22 @@ def test_the_jobs_async_wrapper_is_gone_when_the_wait_ends(tmp_path: Path):
     done = play(tmp_path, tasks)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "wrappers left: 0" in done.stdout, done.stdout
+
+
+def test_a_finished_jobs_wrapper_is_ended_not_waited_for(tmp_path: Path):
+    """What is left of a finished job's async_wrapper only sleeps out its 5-s poll: the wait ends it
+    (every async step used to cost those seconds more). A process whose command line is such a
+    wrapper's, for job 4242, is gone when the script exits 0; one of another job is left alone.
+    (Only waiting, as before, the script gives up after 15 s with status 1.)"""
+    fake = "exec -a 'python3 /root/.ansible/tmp/async_wrapper.py %s 60 /tmp/m' sleep 60"
+    ours = subprocess.Popen(["bash", "-c", fake % "4242"])
+    other = subprocess.Popen(["bash", "-c", fake % "4243"])
+    try:
+        done = subprocess.run(["sh", "-c", stack_wait.WRAPPER_GONE, "stack_wait", "4242"], timeout=30, check=False)
+        assert done.returncode == 0
+        assert ours.wait(timeout=5) != 0, "the wrapper of job 4242 is still there"
+        assert other.poll() is None, "the wrapper of another job was ended"
+    finally:
+        for process in (ours, other):
+            process.kill()
+            process.wait()
