@@ -4,7 +4,7 @@ for lack of disk space rests on, branch by branch.
 Each filesystem reports the free space a test gives it (os.statvfs faked for that test's directory), so
 a requirement just at the free space, or just above it, is the same on every machine and while other
 processes write to the disk. test_stack_plugins and test_preflight_checks cover check() against the real
-free space, and test_module_docs runs the module through Ansible.
+free space; test_through_ansible (and test_module_docs) run the module as a task.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import run_module
 from module_run import in_process
 
 import disk_space
@@ -143,3 +144,11 @@ def test_a_requirement_without_its_path_or_size_is_refused(args: dict, missing: 
     """Not read as no requirement, or as 0 GiB: a role that forgot one hears of it."""
     refused = in_process(disk_space, args)
     assert refused["_rc"] == 1 and refused["msg"] == "missing required arguments: " + missing
+
+
+def test_through_ansible(tmp_path: Path):
+    """The same module as a task runs it (argument spec, transport, its own Python)."""
+    done = run_module("disk_space", {"requirements": [{"path": str(tmp_path / "new"), "min_free_gb": 0}]})
+    assert done["_rc"] == 0 and done["shortfalls"] == [] and done["filesystems"][0]["paths"] == [str(tmp_path / "new")]
+    refused = run_module("disk_space", {"requirements": [{"path": "relative", "min_free_gb": 0}]})
+    assert refused["_rc"] != 0 and "must be absolute" in refused["msg"]

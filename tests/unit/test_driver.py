@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from conftest import run_module
 from module_run import in_process
 
 import driver  # filter_plugins/driver.py (pytest.ini's pythonpath)
@@ -438,6 +439,13 @@ def test_nvidia_smi_working_failing_and_missing(tmp_path: Path):
     assert driver_info.smi_state("no-such-nvidia-smi-on-path")["rc"] == 127
 
 
+def test_the_module_through_ansible(tmp_path: Path):
+    """The same module as a task runs it (argument spec, transport, its own Python)."""
+    smi = program(tmp_path / "nvidia-smi", P40_LINE)
+    found = run_module("driver_info", {"root": str(tmp_path), "nvidia_smi": smi, "modinfo": "", "mokutil": ""})
+    assert found["_rc"] == 0 and found["installed"] == {"version": "580.105.08", "working": True, "flavour": None}
+
+
 def test_a_long_error_keeps_its_last_500_characters(tmp_path: Path):
     """The reason nvidia-smi gives comes last (after a driver's banner, a library's warnings): that end
     is kept, bounded, so the result stays readable."""
@@ -461,8 +469,8 @@ def test_secure_boot_from_mokutil_and_efi(tmp_path: Path):
     assert driver_info.secure_boot(str(tmp_path), "") == "unknown"
 
 
-# The module as a task runs it, in this process (tests/fixtures/module_run.py); test_module_docs runs it
-# through Ansible.
+# The module as a task runs it, in this process (tests/fixtures/module_run.py);
+# test_the_module_through_ansible (and test_module_docs) run it as a task.
 
 P40_LINE = "echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled'\n"
 

@@ -2,7 +2,7 @@
 user built, taken into root's cache with its sha256, branch by branch.
 
 What a later run trusts is a file under its name with a sum beside it that `sha256sum -c` accepts; a
-refusal caches nothing under that name. test_module_docs runs the module through Ansible.
+refusal caches nothing under that name. test_through_ansible (and test_module_docs) run the module as a task.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import run_module
 from module_run import in_process
 
 import stack_take
@@ -136,3 +137,11 @@ def test_the_name_appears_only_once_its_sum_is_written(tmp_path: Path, built: Pa
     monkeypatch.undo()
     assert take(built, dest)["_rc"] == 0
     assert sorted(os.listdir(dest)) == [built.name, built.name + ".sha256"]
+
+
+def test_through_ansible(tmp_path: Path, built: Path):
+    """The same module as a task runs it (argument spec, transport, its own Python)."""
+    dest = tmp_path / "cache"
+    done = run_module("stack_take", {"src": str(built), "user": "root", "dest": str(dest)})
+    assert done["_rc"] == 0 and done["sha256"] == hashlib.sha256(WHEEL).hexdigest()
+    assert (dest / built.name).read_bytes() == WHEEL
