@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -455,6 +456,28 @@ def test_a_long_error_keeps_its_last_500_characters(tmp_path: Path):
     )
     error = driver_info.smi_state(noisy)["error"]
     assert len(error) == 500 and error.endswith("\nFailed to initialize NVML: Driver/library version mismatch")
+
+
+def test_a_program_that_cannot_run_or_hangs_is_reported_not_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Missing (127), not executable as it is (126, the reason), or hanging past a minute (126): the
+    module reports it where the layer's decision reads it and goes on."""
+    absent = str(tmp_path / "absent-nvidia-smi")
+    assert driver_info.smi_state(absent)["error"] == "%s: not found" % absent
+    broken = tmp_path / "nvidia-smi"
+    broken.write_bytes(b"\x7fELF not really\n")
+    broken.chmod(0o755)
+    cannot = driver_info.smi_state(str(broken))
+    assert cannot["rc"] == 126 and "Exec format error" in cannot["error"]
+    hung = program(tmp_path / "nvidia-smi-hung", "sleep 600\n")
+    real = subprocess.run
+
+    def a_minute_passes(argv, **kwargs):
+        """subprocess.run, but the program has already run past the time the module gives it."""
+        raise subprocess.TimeoutExpired(argv, kwargs["timeout"]) if argv[0] == hung else real(argv, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", a_minute_passes)
+    stopped = driver_info.smi_state(hung)
+    assert stopped["rc"] == 126 and stopped["error"].endswith("timed out after 60 seconds")
 
 
 def test_secure_boot_from_mokutil_and_efi(tmp_path: Path):
