@@ -332,6 +332,37 @@ def test_breaking_an_unreadable_lock_ignores_the_asking_runs_own_steps(tmp_path,
     assert taken["taken_over"]["reason"] == "unreadable, broken with -e break_lock"
 
 
+def test_every_outcome_reports_no_change(tmp_path, monkeypatch):
+    """The lock is run bookkeeping, not a change of the host (the module's documentation): a taken,
+    kept, taken-over or released lock leaves the play's changed count to the layers."""
+    monkeypatch.setattr(host_lock, "jobs_of", lambda *a, **k: [])  # other tests' steps are none of these runs'
+    path = tmp_path / "run.lock"
+    results = [lock({"path": str(path), "run": run("run-a")}, check=True)]
+    results.append(lock({"path": str(path), "run": run("run-a")}))
+    results.append(lock({"path": str(path), "run": run("run-a")}))  # a later stage of the same run
+    results.append(lock({"path": str(path), "run": run("run-b"), "state": "query"}))
+    results.append(lock({"path": str(path), "run": run("run-b"), "takeover": "run-a"}))
+    path.write_text("{not json")
+    results.append(lock({"path": str(path), "run": run("run-c"), "break_lock": "unreadable"}))
+    results.append(lock({"path": str(path), "run": run("run-c"), "state": "released"}))
+    assert [(result["_rc"], result["changed"]) for result in results] == [(0, False)] * len(results)
+    assert [result.get("taken_over", {}).get("id") for result in results[4:6]] == ["run-a", ""]
+
+
+def test_a_link_at_the_locks_directory_is_not_followed(tmp_path):
+    """Root takes the directory's flock and writes or removes the lock only in a directory it opened
+    without following a link: a link another user put there does not lead it elsewhere (the module
+    stops on it, before it reads the lock)."""
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    (real / "run.lock").write_text(json.dumps(run("run-a")))
+    (tmp_path / "lock").symlink_to(real)
+    for state in ("acquired", "released"):
+        with pytest.raises(OSError, match=str(tmp_path / "lock")):
+            lock({"path": str(tmp_path / "lock" / "run.lock"), "run": run("run-a"), "state": state})
+    assert holder(real / "run.lock")["id"] == "run-a"
+
+
 def fake_process(proc: Path, pid: str, environ: list[str] | None, cmdline: bytes = b"sleep\x0060\x00", uid: int = 0):
     """An entry of a /proc stand-in: its environ (None: the process ended while it was read) and cmdline."""
     entry = proc / pid
