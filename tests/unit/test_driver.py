@@ -468,6 +468,8 @@ def test_a_program_that_cannot_run_or_hangs_is_reported_not_raised(tmp_path: Pat
     broken.chmod(0o755)
     cannot = driver_info.smi_state(str(broken))
     assert cannot["rc"] == 126 and "Exec format error" in cannot["error"]
+    directory = driver_info.smi_state(str(tmp_path))  # there, but no program: not "not installed"
+    assert directory["rc"] == 126 and "Permission denied" in directory["error"]
     hung = program(tmp_path / "nvidia-smi-hung", "sleep 600\n")
     real = subprocess.run
 
