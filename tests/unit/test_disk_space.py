@@ -65,7 +65,11 @@ def test_a_requirement_just_at_the_free_space_fits_and_one_above_it_falls_short(
 
 
 def test_the_free_space_is_what_a_user_may_take_in_gib_to_one_decimal(tmp_path: Path, free):
-    """Root's reserved blocks are not counted, and 10.04 GiB reads as 10.0 (as the shortfall prints it)."""
+    """Root's reserved blocks are not counted, a GiB is 1024³ bytes (as df -h counts), and 10.04 GiB
+    reads as 10.0 (as the shortfall prints it)."""
+    free(tmp_path, 100)
+    [filesystem] = space({"path": str(tmp_path), "min_free_gb": 1})["filesystems"]
+    assert filesystem["free_gb"] == 100.0
     free(tmp_path, 10.04)
     [filesystem] = space({"path": str(tmp_path), "min_free_gb": 1})["filesystems"]
     assert filesystem["free_gb"] == 10.0

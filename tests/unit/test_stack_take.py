@@ -97,6 +97,16 @@ def test_an_unknown_user_is_refused(tmp_path: Path, built: Path):
     assert not dest.exists()
 
 
+@pytest.mark.parametrize("missing", ["src", "user", "dest"])
+def test_a_task_without_its_src_user_or_dest_is_refused(tmp_path: Path, built: Path, missing: str):
+    """None of the three has a default that could stand in: which file, as whom, into which cache."""
+    args = {"src": str(built), "user": "root", "dest": str(tmp_path / "cache")}
+    del args[missing]
+    refused = in_process(stack_take, args)
+    assert refused["_rc"] == 1 and refused["msg"] == "missing required arguments: " + missing
+    assert not (tmp_path / "cache").exists()
+
+
 def refused_with_nothing_cached(taken: dict, src: Path, dest: Path, why: str) -> None:
     assert taken["_rc"] == 1 and taken["sha256"] == "" and taken["bytes"] == 0
     assert taken["msg"].startswith("%s was not taken into %s: " % (src, dest)), taken["msg"]
