@@ -772,3 +772,18 @@ def test_versions_compare_by_number_after_the_install():
         rebooting["message"]
         == "driver 580.105.08 installed; nouveau drives 0000:01:00.0: rebooting (driver_reboot: true)"
     )
+
+
+def test_a_device_that_is_no_gpu_is_passed_over_and_the_cards_after_it_are_still_found():
+    devices = [
+        {"address": "0000:01:00.1", "vendor": 0x10DE, "device": 0x0FB9, "class": 0x040300},  # the card's audio
+        {"address": "0000:02:00.0", "vendor": 0x10DE, "device": 0x1B38, "class": 0x030200},
+    ]
+    assert [gpu["address"] for gpu in driver.pci_gpus(devices)] == ["0000:02:00.0"]
+
+
+def test_secure_boot_with_half_a_key_pair_asks_for_a_pair_whatever_the_source():
+    distro = driver.driver_plan(DEBIAN, "distro")
+    for key, cert in (("/root/mok.key", ""), ("", "/root/mok.der")):
+        stop = driver.driver_secure_boot(distro, "enabled", key, cert)
+        assert stop["action"] == "stop" and "Make a key pair" in stop["message"], (key, cert)
