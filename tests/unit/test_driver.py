@@ -447,6 +447,17 @@ def test_the_module_through_ansible(tmp_path: Path):
     assert found["_rc"] == 0 and found["installed"] == {"version": "580.105.08", "working": True, "flavour": None}
 
 
+def test_a_line_before_the_cards_does_not_hide_them(tmp_path: Path):
+    """nvidia-smi can print a warning before its CSV (a corrupted infoROM): every card after it counts."""
+    warned = program(
+        tmp_path / "nvidia-smi",
+        "echo 'WARNING: infoROM is corrupted at gpu 0000:03:00.0'\n" + P40_LINE,
+    )
+    found = driver_info.smi_state(warned)
+    assert found["gpus"] == 1 and found["cards"][0]["name"] == "Tesla P40"
+    assert found["driver_version"] == "580.105.08"
+
+
 def test_a_long_error_keeps_its_last_500_characters(tmp_path: Path):
     """The reason nvidia-smi gives comes last (after a driver's banner, a library's warnings): that end
     is kept, bounded, so the result stays readable."""
