@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import stack_run
@@ -96,3 +97,31 @@ def test_the_lookup_answers_alive_for_the_holder_it_is_given(monkeypatch):
         with pytest.raises(AnsibleError, match=r"use lookup\('stack_run'\) or lookup\('stack_run', 'alive', HOLDER\)"):
             lookup.run(wrong)
     assert lookup.run([])[0]["id"] == me["id"]
+
+
+def test_a_process_name_with_parentheses_does_not_shift_the_fields():
+    """/proc/<pid>/stat puts the process's name in parentheses, unescaped: the fields are counted from
+    the last ")", so a name such as "run) (x) y" still gives the start time."""
+    code = "import ctypes, time; ctypes.CDLL(None).prctl(15, b'run) (x) y', 0, 0, 0); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        for _ in range(100):
+            with open("/proc/%d/comm" % proc.pid, encoding="ascii") as handle:
+                if handle.read().startswith("run) (x) y"):
+                    break
+            time.sleep(0.05)
+        with open("/proc/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+        ticks = stack_run.start_ticks(proc.pid)
+        assert ticks is not None and abs(int(ticks) / os.sysconf("SC_CLK_TCK") - uptime) < 5
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_run_that_is_pid_1_is_judged_like_any_other():
+    """ansible-playbook as a container's first process has pid 1: its start time still tells it apart."""
+    me = stack_run.identity()
+    ticks = stack_run.start_ticks(1)
+    assert stack_run.alive(dict(me, pid=1, ticks=ticks))
+    assert not stack_run.alive(dict(me, pid=1, ticks=str(int(ticks) + 1)))
