@@ -69,16 +69,16 @@ unit: setup  ## pytest for the Python pieces and templates (two workers, a file 
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests/unit
 
 host-check:  ## the host programs the tests call (the list .ci/run installs), before the long steps
-	$(PYTHON) tests/fixtures/host_tools.py check
+	$(PYTHON) tests/standins/host_tools.py check
 
 images: setup host-check  ## local Debian 12/11 images for Molecule (debootstrap + podman import)
-	$(BIN)/python tests/fixtures/images.py containers-conf $(CONTAINERS_CONF)
-	$(BIN)/python tests/fixtures/images.py build 12 11
+	$(BIN)/python tests/standins/images.py containers-conf $(CONTAINERS_CONF)
+	$(BIN)/python tests/standins/images.py build 12 11
 
 standins: setup  ## stand-ins for the downloads CI cannot reach (NVIDIA, conda-forge, GitHub)
-	$(BIN)/python tests/fixtures/standins.py build --out $(STANDINS)
-	$(BIN)/python tests/fixtures/standin_driver.py build --out $(STANDINS)
-	$(BIN)/python tests/fixtures/standins_python.py build --out $(PY_STANDINS)
+	$(BIN)/python tests/standins/standins.py build --out $(STANDINS)
+	$(BIN)/python tests/standins/standin_driver.py build --out $(STANDINS)
+	$(BIN)/python tests/standins/standins_python.py build --out $(PY_STANDINS)
 
 stack-image: images standins  ## molecule test -s default (Debian 12: every layer converged, idempotent, verified), kept as STACK_IMAGE
 	VERL_P40_COMMIT_IMAGE=1 $(MIRROR) $(BIN)/molecule test -s default $(LANE)

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+sys.path[:0] = [str(REPO / "tests" / "fixtures"), str(REPO / "tests" / "standins")]
 from standin_common import sha256_file  # the stand-in builders' own, one copy
 
 TARBALL = "apex-e13873de.tar.gz"
@@ -616,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     say("repository %s, commit %s" % (serve_dir / REPO_NAME, commit))
     apex = playbook_command(inventory, "apex", apex_vars(args.port, commit, args.jobs))
 
-    from mirror import serve  # noqa: PLC0415 - tests/fixtures, put on sys.path above
+    from mirror import serve  # noqa: PLC0415 - tests/fixtures, on sys.path (above)
     from prepare_host import prepare  # noqa: PLC0415
 
     server = serve([str(serve_dir), str(STANDINS), str(PY_STANDINS)], args.port)

@@ -172,7 +172,7 @@ esac
 
 
 def test_the_runfile_path_builds_with_dkms_and_waits_for_the_reboot(host):
-    """NVIDIA's runfile path, with a stand-in that has its interface (tests/fixtures/standin_driver.py):
+    """NVIDIA's runfile path, with a stand-in that has its interface (tests/standins/standin_driver.py):
     a Debian kernel's headers (the CI machine's own kernel is not Debian's, so the layer builds for
     the kernel driver_kernel names, as for a kernel installed but not booted yet), dkms, the
     installer silent with -m=kernel and --kernel-name, a real DKMS build of the stand-in's module

@@ -1,4 +1,4 @@
-"""tests/fixtures/host_tools.py: the one list of host programs that .ci/run installs and checks."""
+"""tests/standins/host_tools.py: the one list of host programs that .ci/run installs and checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import host_tools
 
 REPO = Path(__file__).resolve().parents[2]
 
-TOOL = REPO / "tests" / "fixtures" / "host_tools.py"
+TOOL = REPO / "tests" / "standins" / "host_tools.py"
 
 
 def test_catatonit_is_installed_and_checked():
@@ -80,7 +80,7 @@ def test_every_tool_the_fixtures_require_is_on_the_list():
 
     listed = {program for program, _, _ in host_tools.PROGRAMS}
     called = set()
-    for path in (REPO / "tests" / "fixtures").glob("*.py"):
+    for path in [*(REPO / "tests" / "fixtures").glob("*.py"), *(REPO / "tests" / "standins").glob("*.py")]:
         for args in re.findall(r"need_tools\(([^)]*)\)", path.read_text()):
             called.update(re.findall(r'"([^"]+)"', args))
     assert called, "no need_tools calls found: the scan is broken"

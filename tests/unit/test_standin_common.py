@@ -1,4 +1,4 @@
-"""tests/fixtures/standin_common.py: the helpers both stand-in builders share.
+"""tests/standins/standin_common.py: the helpers both stand-in builders share.
 
 Each test names the broken helper it catches.  Nothing here builds a stand-in or
 reaches the network (pip is replaced where its output is judged).

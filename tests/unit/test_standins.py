@@ -1,4 +1,4 @@
-"""Tests of the CUDA 11.8 / cuDNN stand-ins built by tests/fixtures/standins.py.
+"""Tests of the CUDA 11.8 / cuDNN stand-ins built by tests/standins/standins.py.
 
 The stand-ins are built (or reused) through the tool's own CLI into
 $VERL_P40_STANDINS or <repo>/.cache/standins.  A cold build downloads ~1.6 GB
@@ -30,7 +30,7 @@ import yaml
 import standins
 
 REPO = Path(__file__).resolve().parents[2]
-TOOL = REPO / "tests" / "fixtures" / "standins.py"
+TOOL = REPO / "tests" / "standins" / "standins.py"
 # The flags the cuda role passes to NVIDIA's runfile.
 ROLE_FLAGS = ("--silent", "--toolkit", "--override", "--no-opengl-libs", "--no-man-page")
 RUN_TIMEOUT = 300
@@ -465,14 +465,14 @@ def test_cudnn_library_reports_the_header_version(cudnn: dict[str, Any], tmp_pat
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-# --- the driver runfile stand-in (tests/fixtures/standin_driver.py) ------------------------------
+# --- the driver runfile stand-in (tests/standins/standin_driver.py) ------------------------------
 
 
 @pytest.fixture(scope="module")
 def driver_runfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("driver-standin")
     done = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "fixtures" / "standin_driver.py"), "build", "--out", str(out)],
+        [sys.executable, str(REPO / "tests" / "standins" / "standin_driver.py"), "build", "--out", str(out)],
         capture_output=True,
         text=True,
         check=False,

@@ -1,4 +1,4 @@
-"""Tests for tests/fixtures/standins_python.py: the Miniforge, Apex and verl stand-ins.
+"""Tests for tests/standins/standins_python.py: the Miniforge, Apex and verl stand-ins.
 
 The stand-ins are built once per session into $VERL_P40_PY_STANDINS or
 <repo>/.cache/standins-python (a rerun of the builder is a no-op).  The
@@ -34,7 +34,7 @@ import yaml
 import standins_python
 
 REPO = Path(__file__).resolve().parents[2]
-BUILDER = REPO / "tests" / "fixtures" / "standins_python.py"
+BUILDER = REPO / "tests" / "standins" / "standins_python.py"
 INSTALLER = "Miniforge3-24.11.3-0-Linux-x86_64.standin.sh"
 APEX_PIP_FLAGS = [
     "-v",
