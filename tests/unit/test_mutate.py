@@ -62,10 +62,15 @@ def test_a_module_that_does_not_exist_stops_with_its_name():
     assert done.returncode == 2 and "library/no_such_module.py" in done.stderr
 
 
-def test_a_module_without_tests_stops_with_its_name():
-    done = dry_run("--module", "module_utils/stack_lock.py")
-    assert done.returncode == 2
-    assert "module_utils/stack_lock.py: no unit test file" in done.stderr
+def test_a_module_without_tests_stops_with_its_name(monkeypatch, capsys):
+    """Every module has a test file today, so the map is made to have one without: the run stops
+    before any mutant, naming it, and --list says it has none."""
+    monkeypatch.setattr(mutate, "module_tests", lambda root: {"library/lonely.py": []})
+    monkeypatch.setattr(mutate.signal, "signal", lambda *args: None)  # the test process keeps its handlers
+    assert mutate.main(["--module", "library/lonely.py"]) == 2
+    assert "library/lonely.py: no unit test file" in capsys.readouterr().err
+    assert mutate.main(["--list", "--module", "library/lonely.py"]) == 0
+    assert capsys.readouterr().out == "library/lonely.py -> no test file\n"
 
 
 def test_the_kill_percentage_leaves_the_equivalent_mutants_out():
