@@ -61,20 +61,19 @@ def progress_line(label: str, elapsed: float, size: int | None, last: str) -> st
 
 # Ends the finished job's async_wrapper processes (`async_wrapper.py <jid prefix> ...`, $1): their
 # job is over, and what is left of them only sleeps out async_wrapper's 5-s poll. Exits 0 once none
-# runs, else after 60 looks 0.25 s apart.
+# runs, else after 60 looks 0.25 s apart. `wrappers` is the one look: their pids, one a line (a
+# process that ends while it reads is skipped).
 WRAPPER_GONE = """
-pids=''
-for f in /proc/[0-9]*/cmdline; do
-  case "$(tr '\\0' ' ' < "$f" 2>/dev/null)" in *"async_wrapper.py $1 "*) p=${f#/proc/}; pids="$pids ${p%/cmdline}" ;; esac
-done
+wrappers() {
+  for f in /proc/[0-9]*/cmdline; do
+    case "$(tr '\\0' ' ' < "$f")" in *"async_wrapper.py $1 "*) p=${f#/proc/}; echo "${p%/cmdline}" ;; esac
+  done 2>/dev/null
+}
+pids=$(wrappers "$1")
 [ -z "$pids" ] || kill $pids 2>/dev/null
 i=0
 while [ "$i" -lt 60 ]; do
-  alive=''
-  for f in /proc/[0-9]*/cmdline; do
-    case "$(tr '\\0' ' ' < "$f" 2>/dev/null)" in *"async_wrapper.py $1 "*) alive=1; break ;; esac
-  done
-  [ -n "$alive" ] || exit 0
+  [ -n "$(wrappers "$1")" ] || exit 0
   sleep 0.25
   i=$((i + 1))
 done
