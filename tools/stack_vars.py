@@ -1,7 +1,10 @@
 """The variables a play of the stack gets for one host, without the play: role defaults plus what
 overrides them, templated by Ansible's own Templar on demand.
 
-One order, Ansible's, lowest first (each layer's values replace the ones before):
+One order, lowest first (each layer's values replace the ones before). It is Ansible's but for one
+simplification: Ansible puts the group vars written in an inventory file below the play's
+group_vars/all and only its host vars above; here all of the inventory's vars come after it (no key
+of the project's group_vars/all is set in an inventory today):
 
 1. the roles' defaults (role_defaults: defaults/main.yml, or the files of defaults/main/);
 2. the play's group_vars for all hosts (group_vars/all.yml, read by Ansible's vars plugins from
