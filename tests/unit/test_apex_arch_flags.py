@@ -100,3 +100,22 @@ def test_a_bad_arch_is_refused(tmp_path):
     setup.write_text(SETUP)
     done = subprocess.run([sys.executable, str(TOOL), str(setup), "sm_61"], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "not an arch" in done.stderr and setup.read_text() == SETUP
+
+
+def test_an_empty_field_of_the_arch_list_is_skipped():
+    # "${TORCH_CUDA_ARCH_LIST};6.1" with the variable empty, or a list ending in a separator.
+    assert arch_flags.gencode_flags(";6.1; 7.0;") == [
+        "-gencode",
+        "arch=compute_61,code=sm_61",
+        "-gencode",
+        "arch=compute_70,code=sm_70",
+    ]
+    with pytest.raises(ValueError, match="empty"):
+        arch_flags.gencode_flags(" ; ")
+
+
+@pytest.mark.parametrize("argv", [[], ["setup.py"], ["setup.py", "6.1", "7.0"]])
+def test_a_wrong_number_of_arguments_prints_the_usage_and_exits_2(argv, capsys):
+    assert arch_flags.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == 'python3 arch_flags.py SETUP_PY "6.1"\n'
