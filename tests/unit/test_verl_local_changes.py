@@ -101,3 +101,86 @@ def test_a_directory_that_is_not_a_checkout_is_foreign(tmp_path, checkout):
     assert local_changes.local_changes(str(tmp_path / "none"), "x")["foreign"] is False
     repo, commit = checkout
     assert local_changes.local_changes(str(repo), commit)["foreign"] is False
+
+
+@pytest.mark.parametrize(
+    "record",
+    [None, "{not json", '["verl/workers/fsdp_workers.py"]'],
+    ids=["no record", "not json", "not an object"],
+)
+def test_without_a_readable_patch_record_the_patched_file_counts_as_local_work(checkout, record):
+    """The patch's record is what tells its edits from the user's: without it, or unreadable, an edit
+    is kept as the user's (the safe side) rather than the script failing."""
+    repo, commit = checkout
+    path = repo / ".verl_p40_patch" / "record.json"
+    if record is None:
+        path.unlink()
+    else:
+        path.write_text(record)
+    found = local_changes.local_changes(str(repo), commit)
+    assert found["edited"] == ["verl/workers/fsdp_workers.py"] and found["untracked"] == []
+
+
+def test_a_checkout_git_cannot_read_stops_the_script(checkout):
+    """A corrupt index: `git status` fails, and that must not read as "no local work" (the rebuild
+    would then delete the checkout)."""
+    repo, commit = checkout
+    (repo / ".git" / "index").write_bytes(b"garbage")
+    with pytest.raises(subprocess.CalledProcessError):
+        local_changes.local_changes(str(repo), commit)
+
+
+def test_another_commit_checked_out_is_local_work(checkout):
+    repo, commit = checkout
+    git(repo, "commit", "-qam", "mine")
+    ahead = git(repo, "rev-parse", "HEAD")
+    # The recorded commit behind HEAD: HEAD's own commit is listed.
+    assert [line.split(" ", 1)[1] for line in local_changes.local_changes(str(repo), commit)["commits"]] == ["mine"]
+    # HEAD behind the recorded commit (an older one checked out): no commit on top, but not the recorded one.
+    assert local_changes.local_changes(str(repo), ahead)["commits"] == []
+    git(repo, "checkout", "-q", commit)
+    found = local_changes.local_changes(str(repo), ahead)
+    assert found["head"] == commit and found["commits"] == ["HEAD is %s, not the recorded %s" % (commit, ahead)]
+    # A recorded commit the checkout does not have.
+    unknown = "0" * 40
+    found = local_changes.local_changes(str(repo), unknown)
+    assert found["commits"] == ["HEAD is %s, not the recorded %s" % (commit, unknown)]
+
+
+def test_one_character_file_names_are_seen(checkout):
+    repo, commit = checkout
+    (repo / "x").write_text("new\n")
+    git(repo, "add", "x")
+    git(repo, "commit", "-qm", "x")
+    (repo / "x").write_text("edited\n")
+    (repo / "y").write_text("new\n")
+    found = local_changes.local_changes(str(repo), "")
+    assert found["edited"] == ["x"] and found["untracked"] == ["y"] and found["commits"] == []
+
+
+def test_a_rename_is_one_edit_under_its_new_name(checkout):
+    """git status -z names a rename's source after it: that is not a second entry, and the entry
+    after it is still read."""
+    repo, commit = checkout
+    git(repo, "mv", "verl/__init__.py", "verl/version_info.py")
+    (repo / "verl" / "workers" / "fsdp_workers.py").write_text("attn = 'sdpa'\n")  # the entry after it
+    (repo / "my_reward.py").write_text("def score(): ...\n")
+    found = local_changes.local_changes(str(repo), commit)
+    assert found["edited"] == ["verl/version_info.py", "verl/workers/fsdp_workers.py"]
+    assert found["untracked"] == ["my_reward.py"]
+
+
+def test_the_command_line_with_and_without_the_commit(checkout, capsys):
+    repo, commit = checkout
+    git(repo, "commit", "-qam", "mine")
+    assert local_changes.main(["local_changes.py", str(repo), commit]) == 0
+    with_commit = json.loads(capsys.readouterr().out)
+    assert with_commit["head"] != commit and [line.split(" ", 1)[1] for line in with_commit["commits"]] == ["mine"]
+    # Without COMMIT nothing counts as a commit on top; the rest is still reported.
+    (repo / "new.py").write_text("\n")
+    assert local_changes.main(["local_changes.py", str(repo)]) == 0
+    without = json.loads(capsys.readouterr().out)
+    assert without["exists"] is True and without["commits"] == [] and without["untracked"] == ["new.py"]
+    assert local_changes.main(["local_changes.py"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "local_changes.py DIR [COMMIT]" in err
