@@ -61,6 +61,11 @@ MEMORY_PLOT=${MEMORY_PLOT:-1}
 SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-420}
 MEMORY_TIMEOUT=${MEMORY_TIMEOUT:-480}
 CAP_GIB=${P40_GPU_MEM_GB:-24}
+# The card the memory run's launcher is sized for, GiB (default: the cap). A cap above it measures
+# what a phase the memory model does not size would take uncapped (the checkpoint's save).
+MEMORY_CARD_GIB=${MEMORY_CARD_GIB:-$CAP_GIB}
+# Validation every this many steps in the memory run (default: at its last step; -1: none).
+MEMORY_TEST_FREQ=${MEMORY_TEST_FREQ:-$MEMORY_STEPS}
 # Prefix of the smoke run's result files in $OUT.
 SMOKE_NAME=${SMOKE_NAME:-smoke}
 # A host's recorded nvidia-smi output (and its topo -p2p r) for the launcher's render
@@ -135,7 +140,8 @@ stop_ray() { python3 -m ray.scripts.scripts stop --force >/dev/null 2>&1 || true
 # Read by the hub clients (no network here) and by Ray's raylet: its memory
 # monitor sizes itself from MemTotal, which on this machine starts low and
 # grows as memory is used, so it would kill workers that the machine can hold.
-QUIET_ENV="HF_HUB_OFFLINE: '1', HF_DATASETS_OFFLINE: '1', RAY_memory_monitor_refresh_ms: '0'"
+# verl's workers log at VERL_LOGGING_LEVEL (verl's default WARN; INFO shows the LoRA adapter's save).
+QUIET_ENV="HF_HUB_OFFLINE: '1', HF_DATASETS_OFFLINE: '1', RAY_memory_monitor_refresh_ms: '0', VERL_LOGGING_LEVEL: '${VERL_LOGGING_LEVEL:-WARN}'"
 
 render_launcher() {  # dir model [--var k=v ...]
   local dir=$1 model=$2
@@ -246,7 +252,7 @@ memory() {
   # The launcher sizes every memory knob itself (filter_plugins/memory.py), for this
   # model's config.json and a card of the cap's size, as the train role does for a host's GPU.
   render_launcher "$dir" "$model" --model-config "$model/config.json" \
-    --gpu-memory-mib "$(python3 -c "import sys; print(int(float(sys.argv[1]) * 1024))" "$CAP_GIB")" \
+    --gpu-memory-mib "$(python3 -c "import sys; print(int(float(sys.argv[1]) * 1024))" "$MEMORY_CARD_GIB")" \
     --var "train_extra_env={$QUIET_ENV, PYTHONPATH: '$HOOKS:$SITE', P40_GPU_MEM_GB: '$CAP_GIB', P40_MEM_LOG: '$mem_log'}" \
     ${vars[@]+"${vars[@]}"}
   {
@@ -264,7 +270,7 @@ try:
 except torch.OutOfMemoryError as error:
     print(f"{cap + 1:g} GiB: out of memory, as on a card of {cap:g} GiB:", str(error).splitlines()[0][:160])'
   } >"$summary" 2>&1 || true
-  local args=("trainer.total_training_steps=$MEMORY_STEPS" "trainer.test_freq=$MEMORY_STEPS" "trainer.save_freq=$MEMORY_STEPS")
+  local args=("trainer.total_training_steps=$MEMORY_STEPS" "trainer.test_freq=$MEMORY_TEST_FREQ" "trainer.save_freq=$MEMORY_STEPS")
   # More train.sh arguments, e.g. MEMORY_EXTRA=actor_rollout_ref.actor.use_kl_loss=True (adds verl's ref model).
   read -r -a extra <<<"${MEMORY_EXTRA:-}"
   args+=("${extra[@]}")
@@ -282,8 +288,11 @@ except torch.OutOfMemoryError as error:
     --cap-gib "$CAP_GIB" --steps "$MEMORY_STEPS" >>"$summary" 2>&1 || true
   echo "train.sh exit status $status" >>"$summary"
   {
-    echo "== checkpoints written (find -maxdepth 4)"
-    find "$dir/checkpoints" -maxdepth 4 2>/dev/null | sed "s|$dir/||" | sort | head -n 40
+    echo "== checkpoints written (find -maxdepth 5: path, bytes)"
+    find "$dir/checkpoints" -maxdepth 5 -printf '%P %s\n' 2>/dev/null | sort | head -n 60
+    # verl 0.4.1 saves the LoRA adapter inside a try/except that only logs (at INFO, shown with
+    # VERL_LOGGING_LEVEL=INFO): an adapter that was not written shows here and there.
+    grep -h "LoRA adapter\|LoRA Adapter" "$OUT/$name-train.log" | tail -n 3
   } >>"$summary" 2>&1 || true
   # The run report users get (train.sh --report), on this log, against the H200's peak.
   local plot=()
