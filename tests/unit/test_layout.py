@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import run_play
 
@@ -72,12 +73,57 @@ def test_the_shared_values_reach_every_playbook_from_any_inventory(tmp_path):
         assert "stack : Validating arguments" in run.stdout, playbook
 
 
-def test_every_layer_role_depends_on_the_shared_values():
-    # Without the dependency a role run from a play of its own has no stack_user, stack_layers or manifests.
+def test_no_layer_role_loads_the_shared_values_twice():
+    # The layer protocol's import of the stack role brings its defaults (tasks/main.yml); a dependency on
+    # it as well would load the role, its defaults and its argument spec once more for every play that
+    # names the layer (Ansible loads a role anew for each reference): about 0.08 s each, on every run.
     for name in LAYERS:
         meta = yaml.safe_load((REPO / "roles" / name / "meta" / "main.yml").read_text())
-        roles = [dep["role"] if isinstance(dep, dict) else dep for dep in meta.get("dependencies") or []]
-        assert roles == ["stack"], name
+        assert meta.get("dependencies") == [], name
+
+
+@pytest.mark.parametrize("layer", ["driver", "cuda"])
+def test_a_layer_role_in_a_play_of_its_own_has_the_shared_values(tmp_path, layer):
+    # A play that names only the layer's role (an inventory and play of the user's own): the role's
+    # argument check templates its defaults, which read the shared values, and a task of the play reads
+    # them too. Without the protocol's import of the stack role in tasks/main.yml both fail.
+    (tmp_path / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}})
+    )
+    (tmp_path / "play.yml").write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "One layer",
+                    "hosts": "all",
+                    "gather_facts": False,
+                    "roles": [layer],
+                    "post_tasks": [
+                        {
+                            "name": "Read the shared values",
+                            "ansible.builtin.debug": {
+                                "msg": "user={{ stack_user }} layers={{ stack_layer_names | length }}"
+                            },
+                            "tags": ["always"],
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    run = run_playbook(
+        tmp_path / "hosts.yml",
+        [],
+        "--tags",
+        "none",
+        "-e",
+        "ansible_python_interpreter=" + sys.executable,
+        playbook=tmp_path / "play.yml",
+        preflight_profile=dict(PROFILES["pascal"], name="pascal"),
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "user=verl layers=%d" % len(LAYERS) in run.stdout, run.stdout
+    assert "%s : Validating arguments" % layer in run.stdout
 
 
 def test_nothing_reads_the_former_group_vars():
