@@ -195,3 +195,278 @@ def test_report_and_plot_run_on_the_standard_library_alone(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == f"plot: {out}"
     assert ElementTree.parse(out).getroot().tag == SVG + "svg"
+
+
+# A made-up model small enough to count by hand: per layer, an MLP of 4 x 8 x 3 = 96 parameters and
+# attention of 4 x (2x2 + 2x2x2 + 2x2) = 64, plus embedding and LM head 10 x 4 x 2 = 80: 240.
+TINY = {
+    "hidden_size": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "intermediate_size": 8,
+    "num_hidden_layers": 1,
+    "vocab_size": 10,
+}
+
+
+def test_forward_flops_counted_by_hand():
+    assert train_report.dense_parameters(TINY) == 240
+    # 2 x 240 x 6 tokens, plus attention: 4 x (6 / 3 sequences) x 3^2 x head_dim 2 x 2 heads x 1 layer.
+    assert train_report.forward_flops(TINY, 6, 3) == 2880 + 288
+    # Without a sequence length, no attention term.
+    assert train_report.forward_flops(TINY, 6, 0) == 2880
+
+
+def test_phase_rates_counted_by_hand():
+    """Seconds chosen so that each rate is a round number of TFLOP/s (3168 FLOPs a forward)."""
+    metrics = {
+        "perf/total_num_tokens": 6,
+        "prompt_length/mean": 1,
+        "response_length/mean": 2,
+        "timing_s/gen": 3.168e-9,  # one forward: 1 TFLOP/s
+        "timing_s/reward": 1,  # no model FLOPs: the reward, advantages, validation and checkpoint
+        "timing_s/adv": 1,
+        "timing_s/testing": 1,
+        "timing_s/save_checkpoint": 1,
+        "timing_s/old_log_prob": 1.584e-9,  # one forward
+        "timing_s/ref": 3.168e-9,  # one forward
+        "timing_s/values": 6.336e-9,  # one forward
+        "timing_s/update_critic": 3.168e-9,  # three forwards' worth, times 2 PPO epochs
+        "timing_s/update_actor": 6.336e-9,  # the same
+        "timing_s/step": 5.0688e-8,  # all of them: 16 forwards
+    }
+    exact = {"rel": 1e-14, "abs": 0}
+    assert train_report.phase_tflops(metrics, TINY, ppo_epochs=2) == pytest.approx(
+        {
+            "timing_s/gen": 1.0,
+            "timing_s/old_log_prob": 2.0,
+            "timing_s/ref": 1.0,
+            "timing_s/values": 0.5,
+            "timing_s/update_critic": 6.0,
+            "timing_s/update_actor": 3.0,
+            "timing_s/step": 1.0,
+        },
+        **exact,
+    )
+    # A phase not timed (0 s or absent), and no step time: no rate for them.
+    rates = train_report.phase_tflops(dict(metrics, **{"timing_s/ref": 0, "timing_s/step": 0}), TINY, ppo_epochs=2)
+    assert "timing_s/ref" not in rates and "timing_s/step" not in rates
+    # Without the sequences' lengths, no attention term: a forward is 2880 FLOPs.
+    bare = {"perf/total_num_tokens": 6, "timing_s/gen": 2.88e-9}
+    assert train_report.phase_tflops(bare, TINY) == pytest.approx({"timing_s/gen": 1.0}, **exact)
+    assert train_report.phase_tflops(dict(metrics, **{"perf/total_num_tokens": 0}), TINY) == {}
+
+
+def test_the_phase_means_say_which_steps_they_are_over():
+    lines, _ = train_report.report(LOG.read_text())
+    assert "seconds per phase (mean over plain steps; share of a step)" in lines
+    # Only a step with validation: its phases are the mean over all steps.
+    only = "step:1 - timing_s/step:40.0 - timing_s/gen:10.0 - timing_s/testing:8.0\n"
+    lines, _ = train_report.report(only)
+    assert "seconds per phase (mean over steps; share of a step)" in lines
+    assert "  generate (rollout)        10.00  25.0%" in lines and "  validation                 8.00       " in lines
+
+
+def tiny_step(number: int, gen: str, extra: str = "") -> str:
+    """A step of TINY (3168 FLOPs a forward) whose phases take 1 TFLOP/s worth of seconds or more."""
+    return (
+        f"step:{number} - perf/total_num_tokens:6 - prompt_length/mean:1 - response_length/mean:2"
+        f" - timing_s/gen:{gen} - timing_s/update_actor:3.168e-09 - timing_s/step:1.2672e-08{extra}\n"
+    )
+
+
+def test_flops_lines_counted_by_hand():
+    lines, _ = train_report.report(tiny_step(1, "3.168e-09"), TINY, "Tesla P40", 10, 2)
+    at = lines.index("model FLOP/s and share of the peak (2 x Tesla P40, float32: 20 TFLOP/s)")
+    # generate: 3168 FLOPs in 3.168e-9 s; the update three forwards' worth; the step all 4 over its time.
+    assert lines[at + 1 :] == [
+        "  generate (rollout)         1.00 TFLOP/s    5.0% of peak",
+        "  actor update               3.00 TFLOP/s   15.0% of peak",
+        "  whole step                 1.00 TFLOP/s    5.0% of peak",
+        "  (verl's own perf/mfu/actor is 0 here: its table does not know this card)",
+    ]
+    # Two steps: the mean of their rates; no peak, so no share; verl's MFU there, so no note.
+    text = tiny_step(1, "3.168e-09") + tiny_step(2, "1.056e-09", " - perf/mfu/actor:0.3")
+    lines, _ = train_report.report(text, TINY)
+    at = lines.index(
+        "model FLOP/s (1 GPU(s): peak unknown, so no share; train.sh passes it for cards in stack_gpu_cards)"
+    )
+    assert lines[at + 1 :] == [
+        "  generate (rollout)         2.00 TFLOP/s",
+        "  actor update               3.00 TFLOP/s",
+        "  whole step                 1.00 TFLOP/s",
+    ]
+
+
+def svg_of(steps: dict) -> ElementTree.Element:
+    return ElementTree.fromstring(train_report.svg_plot(steps, "run"))
+
+
+def test_plot_places_each_point_on_its_axes():
+    """The plot area is x 70-650 (800 wide, 70 and 150 margins), each panel 260 high from y 40 and
+    350: the first step on the left edge, the last on the right, each panel's range spanning it."""
+    steps = {n: {"critic/score/mean": (n - 1) / 2, "timing_s/step": 10.0 * n} for n in (1, 2, 3)}
+    svg = svg_of(steps)
+    assert svg.get("height") == "660"
+    points = {c.find(SVG + "title").text: (c.get("cx"), c.get("cy")) for c in svg.iter(SVG + "circle")}
+    assert points == {
+        "training reward, step 1: 0": ("70.0", "300.0"),
+        "training reward, step 2: 0.5": ("360.0", "170.0"),
+        "training reward, step 3: 1": ("650.0", "40.0"),
+        "step, step 1: 10": ("70.0", "610.0"),
+        "step, step 2: 20": ("360.0", "480.0"),
+        "step, step 3: 30": ("650.0", "350.0"),
+    }
+    assert [p.get("points") for p in svg.iter(SVG + "polyline")] == [
+        "70.0,300.0 360.0,170.0 650.0,40.0",
+        "70.0,610.0 360.0,480.0 650.0,350.0",
+    ]
+    labels = [(t.text, t.get("x"), t.get("y")) for t in svg.iter(SVG + "text")]
+    # Round ticks: reward every 0.2, seconds every 5, whole steps only; each label 4 px below its line.
+    reward_ticks = [("0", "64", "304.0"), ("0.2", "64", "252.0"), ("0.4", "64", "200.0")]
+    reward_ticks += [("0.6", "64", "148.0"), ("0.8", "64", "96.0"), ("1", "64", "44.0")]
+    assert labels[1:7] == reward_ticks
+    assert labels[7:10] == [("1", "70.0", "318"), ("2", "360.0", "318"), ("3", "650.0", "318")]
+    assert [label for label in labels if label[1] == "64"][6:] == [
+        ("10", "64", "614.0"),
+        ("15", "64", "549.0"),
+        ("20", "64", "484.0"),
+        ("25", "64", "419.0"),
+        ("30", "64", "354.0"),
+    ]
+    assert ("step", "360", "646") in labels and ("generate", "688", "384") in labels
+
+
+def test_plot_of_one_step_puts_it_mid_panel_on_the_left():
+    svg = svg_of({5: {"critic/score/mean": 0.25, "timing_s/step": 7.0}})
+    points = {c.find(SVG + "title").text: (c.get("cx"), c.get("cy")) for c in svg.iter(SVG + "circle")}
+    assert points == {"training reward, step 5: 0.25": ("70.0", "170.0"), "step, step 5: 7": ("70.0", "480.0")}
+    labels = [(t.text, t.get("x"), t.get("y")) for t in svg.iter(SVG + "text")]
+    assert ("0.25", "64", "174.0") in labels and ("7", "64", "484.0") in labels and ("5", "70.0", "628") in labels
+
+
+def plain_steps(*numbers: int, seconds: float = 60.0) -> str:
+    return "".join(f"step:{n} - timing_s/step:{seconds} - timing_s/gen:10.0\n" for n in numbers)
+
+
+@pytest.mark.parametrize(
+    "text, left",
+    [
+        # Running, 3 of 10 done at 60 s a step: 7 x 60 s.
+        ("Total training steps: 10\n" + plain_steps(1, 2, 3), "  about 7 min left"),
+        # Hours from an hour on: 997 x 60 s.
+        ("Total training steps: 1000\n" + plain_steps(1, 2, 3), "  about 16.6 h left"),
+        ("Total training steps: 63\n" + plain_steps(1, 2, 3), "  about 1.0 h left"),
+        # Ended, all done, the total unknown, or no plain step to go by: no estimate.
+        ("Total training steps: 10\n" + plain_steps(1, 2, 3) + "train.sh: exit status 1\n", None),
+        ("Total training steps: 3\n" + plain_steps(1, 2, 3), None),
+        (plain_steps(1, 2, 3), None),
+        ("Total training steps: 10\nstep:1 - timing_s/step:60.0 - timing_s/testing:5.0\n", None),
+    ],
+)
+def test_the_time_left_is_estimated_only_while_steps_are_left(text, left):
+    lines, _ = train_report.report(text)
+    estimates = [line for line in lines if line.startswith("  about ")]
+    if left is None:
+        assert estimates == []
+    else:
+        assert estimates == [left + " at the plain-step pace (validation and checkpoints extra)"]
+
+
+def test_a_resumed_run_s_last_total_and_exit_status_count():
+    text = "Total training steps: 5\ntrain.sh exit status 1\nTotal training steps: 8\ntrain.sh: exit status 0\n"
+    assert train_report.run_state(text) == (8, 0)
+    assert train_report.run_state("nothing yet\n") == (None, None)
+
+
+def test_a_panel_whose_first_series_is_empty_still_draws_the_second():
+    svg = svg_of({3: {"val-core/openai/gsm8k/reward/mean@1": 0.5}, 4: {"val-core/openai/gsm8k/reward/mean@1": 0.75}})
+    titles = [c.find(SVG + "title").text for c in svg.iter(SVG + "circle")]
+    assert titles == ["validation, step 3: 0.5", "validation, step 4: 0.75"]
+    assert len(list(svg.iter(SVG + "polyline"))) == 1
+
+
+def test_a_value_that_is_no_number_is_left_out():
+    steps = train_report.step_metrics("step:1 - actor/lr:1e-06 - note:n/a - timing_s/step:3.5 - plain text\n")
+    assert steps == {1: {"actor/lr": 1e-06, "timing_s/step": 3.5}}
+
+
+def test_what_cannot_be_read_or_written_is_said(tmp_path: Path, capsys):
+    assert train_report.main([str(tmp_path / "none.log")]) == 1
+    assert capsys.readouterr().err.startswith("train_report.py: cannot read the log: ")
+    log = tmp_path / "train.log"
+    log.write_text(plain_steps(1, 2))
+    # A model config that is missing or no JSON: the report goes on without FLOP/s.
+    (tmp_path / "bad.json").write_text("{not json")
+    for config in ("none.json", "bad.json"):
+        assert train_report.main([str(log), "--model-config", str(tmp_path / config)]) == 0
+        out, err = capsys.readouterr()
+        assert err.startswith(f"train_report.py: no FLOP/s: cannot read {tmp_path / config}: ")
+        assert "2 steps logged" in out and "FLOP/s" not in out
+    # A plot that cannot be written: said, and the exit status stays 0.
+    assert train_report.main([str(log), "--plot", str(tmp_path / "no" / "dir" / "x.svg")]) == 0
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .startswith(f"no plot: cannot write {tmp_path / 'no' / 'dir' / 'x.svg'}: ")
+    )
+
+
+@pytest.mark.parametrize(
+    "span, ticks",
+    [
+        ((0, 1), [0, 0.2, 0.4, 0.6, 0.8, 1]),
+        ((10, 30), [10, 15, 20, 25, 30]),
+        ((1, 3), [1, 1.5, 2, 2.5, 3]),
+        ((0, 97), [0, 20, 40, 60, 80, 100]),  # the last tick past the highest value
+        ((-0.5, 0.5), [-0.6, -0.4, -0.2, 0, 0.2, 0.4, 0.6]),
+        ((0, 1, 10), [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1]),
+        ((3, 3), [3]),
+        ((2, 1), [2]),
+    ],
+)
+def test_ticks_are_round_and_span_the_values(span, ticks):
+    assert train_report._ticks(*span) == ticks
+
+
+def test_the_plot_s_layout_is_the_recorded_one():
+    """The whole SVG of three steps with every series, against tests/fixtures/train_report_plot.svg (checked
+    by eye when recorded: ticks on round values inside each panel, labels beside their lines, the legend
+    right of the panels, a point per value). A change of layout changes that file too, on purpose."""
+    steps = {
+        1: {"critic/score/mean": 0.0, "timing_s/step": 10.0, "timing_s/gen": 4.0},
+        2: {"critic/score/mean": 0.5, "timing_s/step": 20.0, "timing_s/gen": 6.0},
+        3: {
+            "critic/score/mean": 1.0,
+            "timing_s/step": 30.0,
+            "timing_s/gen": 8.0,
+            "val-core/openai/gsm8k/reward/mean@1": 0.8,
+        },
+    }
+    recorded = (REPO / "tests" / "fixtures" / "train_report_plot.svg").read_text()
+    assert train_report.svg_plot(steps, "run & <1>") == recorded
+
+
+def test_help_starts_with_what_the_report_is(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        train_report.main(["--help"])
+    assert stopped.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the description
+    assert "Report on a verl training log: progress, seconds per step and phase" in out
+
+
+def test_the_command_line_s_defaults_and_options(tmp_path: Path, capsys):
+    log = tmp_path / "train.log"
+    log.write_text(tiny_step(1, "3.168e-09"))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    # Defaults: 1 GPU, peak unknown, 1 PPO epoch.
+    assert train_report.main([str(log), "--model-config", str(config)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "model FLOP/s (1 GPU(s): peak unknown, so no share; train.sh passes it for cards in stack_gpu_cards)" in out
+    assert "  actor update               3.00 TFLOP/s" in out
+    argv = [str(log), "--model-config", str(config), "--card", "Tesla P40", "--peak-tflops", "10", "--gpus", "2"]
+    assert train_report.main(argv + ["--ppo-epochs", "2", "--precision", "bfloat16"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "model FLOP/s and share of the peak (2 x Tesla P40, bfloat16: 20 TFLOP/s)" in out
+    assert "  actor update               6.00 TFLOP/s   30.0% of peak" in out
