@@ -349,8 +349,10 @@ def preflight_resources(tmp_path: Path, **variables: Any):
             **variables,
         },
     }
+    # The shared values, as each stage's setup imports them (playbooks/tasks/setup.yml).
+    shared = {"name": "The shared values", "ansible.builtin.import_role": {"name": "stack"}}
     task = {"name": "Resources", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "resources.yml"}}
-    return run_play(tmp_path, [task], callback="default", **play)
+    return run_play(tmp_path, [shared, task], callback="default", **play)
 
 
 def test_the_role_refuses_too_little_disk_naming_paths_and_variables(tmp_path: Path):
