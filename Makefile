@@ -3,12 +3,13 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
+MOLECULE := $(BIN)/molecule
 CACHE := $(CURDIR)/.cache
 STANDINS := $(CACHE)/standins
 PY_STANDINS := $(CACHE)/standins-python
 # A target serves the stand-ins while it runs, unless a mirror already serves them (make lanes
 # starts one for every lane: the mirror's URL is part of what a host records of its layers, so the
-# fault tests' hosts, started from the default scenario's image, must see the URL it was built with).
+# fault tests' hosts, started from the default scenario's stack root, must see the URL it was built with).
 MIRROR = $(if $(VERL_P40_MIRROR_URL),,$(BIN)/python tests/fixtures/mirror.py --dir $(STANDINS) --dir $(PY_STANDINS) --)
 # The host's PATH, without the venv's bin: where make setup looks for a Python to build the venv with.
 HOST_PATH := $(PATH)
@@ -20,17 +21,21 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Under make lanes each line a target prints starts with the time and the target's name (a CI log
 # then shows what each lane spent: docs/testing.md). mawk's strftime; fflush: line by line.
 LANE = $(if $(LANES),2>&1 | awk '{ print strftime("%H:%M:%S") " [$@] " $$0; fflush() }')
-# The default scenario's verified container, committed for the cluster scenario's nodes and the
-# fault tests that start from a built host.
-STACK_IMAGE := localhost/verl-p40-stack:12
+# The stack root: the directory the default scenario converges every layer into, the root of the
+# cluster scenario's nodes and of the fault tests' built hosts, each on an overlay of its own
+# (molecule/common/tasks/stack_root.yml). About 10 GB; make lanes removes it when its users are done.
+STACK_ROOT ?= /var/tmp/verl-p40-stack-root
+export VERL_P40_STACK_ROOT := $(STACK_ROOT)
+# Its removal: only a directory the default scenario made (its create.yml marks it).
+REMOVE_STACK_ROOT = if [ -e $(STACK_ROOT)/.verl-p40-stack-root ]; then rm -rf --one-file-system $(STACK_ROOT); fi
 # The fault tests: on a new container from the Debian 12 image (nothing built), and on one from
-# STACK_IMAGE (every layer built); a module or class at a time on each worker: two modules on new
+# STACK_ROOT (every layer built); a module or class at a time on each worker: two modules on new
 # hosts, six groups on built ones (the classes of test_python_faults.py, test_built_faults.py).
 FAULTS_NEW := tests/integration/test_faults.py tests/integration/test_url_faults.py
 FAULTS_BUILT := tests/integration/test_python_faults.py tests/integration/test_built_faults.py
 FAULTS = $(BIN)/python -m pytest -v --dist loadscope --durations=15
 
-.PHONY: host-check render setup lint unit images standins stack-image molecule faults-new faults-built integration lanes test demo bench apex-proof clean
+.PHONY: host-check render setup lint unit images standins stack-root verify-default cluster bullseye molecule faults-new faults-built integration lanes test demo bench apex-proof clean
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
@@ -80,31 +85,51 @@ standins: setup  ## stand-ins for the downloads CI cannot reach (NVIDIA, conda-f
 	$(BIN)/python tests/standins/standin_driver.py build --out $(STANDINS)
 	$(BIN)/python tests/standins/standins_python.py build --out $(PY_STANDINS)
 
-stack-image: images standins  ## molecule test -s default (Debian 12: every layer converged, idempotent, verified), kept as STACK_IMAGE
-	VERL_P40_COMMIT_IMAGE=1 $(MIRROR) $(BIN)/molecule test -s default $(LANE)
+# The default scenario is two targets, so that the stack root's users start as soon as it is
+# converged: stack-root runs `molecule test -s default`'s steps up to its side_effect (destroy,
+# then converge: create, prepare, converge; idempotence; side_effect, after which nothing writes
+# in the root), and verify-default the rest (verify: tests/infra; destroy) beside the cluster
+# scenario and the fault tests on built hosts. A verify that fails leaves the container for a look
+# (make clean removes it).
+DEFAULT_TO_ROOT := $(MOLECULE) destroy -s default && $(MOLECULE) converge -s default \
+	&& $(MOLECULE) idempotence -s default && $(MOLECULE) side-effect -s default
 
-molecule: stack-image  ## then two hosts of STACK_IMAGE as a Ray cluster, and the system layers on Debian 11
-	$(MIRROR) $(BIN)/molecule test -s cluster $(LANE)
-	$(MIRROR) $(BIN)/molecule test -s bullseye $(LANE)
+stack-root: images standins  ## the default scenario (Debian 12, every layer) converged and idempotent in STACK_ROOT
+	$(MIRROR) bash -c '$(DEFAULT_TO_ROOT)' $(LANE)
+
+verify-default: stack-root  ## then tests/infra verifies every layer in the default scenario's container, and removes it
+	$(MIRROR) bash -c '$(MOLECULE) verify -s default && $(MOLECULE) destroy -s default' $(LANE)
+
+cluster: stack-root  ## two hosts of STACK_ROOT as a Ray cluster
+	$(MIRROR) $(MOLECULE) test -s cluster $(LANE)
+
+# Under make lanes Debian 11 waits for the fault tests on new hosts (an order-only prerequisite):
+# then it does not slow the default scenario's converge, which the built-host lanes wait for, and
+# runs beside them rather than after the cluster scenario.
+bullseye: images standins $(if $(LANES),| faults-new)  ## the system layers on Debian 11
+	$(MIRROR) $(MOLECULE) test -s bullseye $(LANE)
+
+molecule: verify-default cluster bullseye  ## every Molecule scenario: default (verified), cluster, bullseye
 
 faults-new: images standins  ## bad input and faults on new containers (nothing built yet)
 	$(MIRROR) $(FAULTS) -n 2 $(FAULTS_NEW) $(LANE)
 
-faults-built: stack-image  ## faults on containers of STACK_IMAGE (every layer built)
+faults-built: stack-root  ## faults on containers of STACK_ROOT (every layer built)
 	$(MIRROR) $(FAULTS) -n 3 $(FAULTS_BUILT) $(LANE)
 
 integration: faults-new faults-built  ## every fault test
 
-# The default scenario comes first and runs beside the fault tests on new containers; once its
-# image is committed, the cluster and Debian 11 scenarios run beside the fault tests on built
-# hosts. One mirror serves them all; a target that fails stops none of the others (--keep-going),
-# so one run shows every failure. Each line shows as it is printed (no --output-sync, which
-# would hold a whole scenario's output back). The image goes when every user of it is done; after
-# a failure it stays, for a look at the host the failing test started from (make clean removes it).
+# The default scenario's converge comes first, beside the fault tests on new containers (then
+# Debian 11); once its stack root is converged, its verify, the cluster scenario and the fault
+# tests on built hosts run side by side. One mirror serves them all; a target that fails stops none of the
+# others (--keep-going; only Debian 11 waits for the fault tests on new hosts to pass), so one run
+# shows every failure. Each line shows as it is printed (no --output-sync, which would hold a whole
+# scenario's output back). The stack root goes when every user of it is done; after a failure it
+# stays, for a look at the host the failing test started from (make clean removes it).
 # (The removal is a line of its own: make -n runs every line that names $(MAKE).)
 lanes: setup  ## molecule and integration side by side, each line prefixed with its target
-	$(MIRROR) $(MAKE) --no-print-directory --keep-going -j 3 LANES=1 molecule integration
-	podman rmi --force $(STACK_IMAGE) >/dev/null
+	$(MIRROR) $(MAKE) --no-print-directory --keep-going -j 4 LANES=1 molecule integration
+	$(REMOVE_STACK_ROOT)
 
 test: lint unit lanes  ## everything CI runs
 
@@ -137,4 +162,4 @@ clean:  ## remove the scenario containers (caches stay)
 	-$(BIN)/molecule destroy -s default
 	-$(BIN)/molecule destroy -s cluster
 	-$(BIN)/molecule destroy -s bullseye
-	-podman rmi --force $(STACK_IMAGE) >/dev/null
+	-$(REMOVE_STACK_ROOT)

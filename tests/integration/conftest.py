@@ -5,8 +5,8 @@ and that no layer was left half-built. Two kinds of host, each removed afterward
 
 - `host`: a new container of the Debian 12 image the Molecule scenarios start from, nothing
   built (one per worker: test_faults.py, test_url_faults.py; `make faults-new`);
-- `built_host`: a container of the default scenario's verified image (STACK_IMAGE, committed by
-  `make stack-image`), every layer built: the faults of a built host start there instead of
+- `built_host`: a container on an overlay of the default scenario's stack root (STACK_ROOT,
+  converged by `make stack-root`), every layer built: the faults of a built host start there instead of
   building CUDA, conda, torch, Apex and verl again (one per module or class;
   test_python_faults.py, test_built_faults.py; `make faults-built`).
 
@@ -35,8 +35,9 @@ from prepare_host import prepare
 from repo import REPO, load_file
 
 IMAGE = os.environ.get("STACK_TEST_IMAGE", "localhost/verl-p40-debian:12")
-# The Makefile's STACK_IMAGE: what `molecule test -s default` verified, committed (side_effect.yml).
-BUILT_IMAGE = os.environ.get("STACK_BUILT_IMAGE", "localhost/verl-p40-stack:12")
+# The Makefile's STACK_ROOT: the directory the default scenario converged every layer into
+# (molecule/common/tasks/stack_root.yml); each built host runs on an overlay of its own over it.
+BUILT_ROOT = os.environ.get("VERL_P40_STACK_ROOT", "")
 STANDINS = REPO / ".cache" / "standins"
 # The same extra-vars files as the Molecule scenarios: the stand-ins, then what CI changes.
 VARS_FILES = [
@@ -125,12 +126,13 @@ def missing_vars_files() -> None:
 
 
 @contextmanager
-def container(image: str, workdir_factory) -> Iterator[Host]:
-    """A container of image, sharing the host's network (the mirror is on 127.0.0.1), removed after.
-    Ansible reaches it over SSH with pipelining (tests/fixtures/sshd.py), as it reaches a real host."""
+def container(image: list[str], workdir_factory) -> Iterator[Host]:
+    """A container of image (podman run's last arguments before the command: an image, or --rootfs
+    and a root), sharing the host's network (the mirror is on 127.0.0.1), removed after. Ansible
+    reaches it over SSH with pipelining (tests/fixtures/sshd.py), as it reaches a real host."""
     name = "verl-p40-it-" + uuid.uuid4().hex[:8]
     subprocess.run(
-        ["podman", "run", "-d", "--init", "--network", "host", "--name", name, image, "sleep", "infinity"],
+        ["podman", "run", "-d", "--init", "--network", "host", "--name", name, *image, "sleep", "infinity"],
         check=True,
         capture_output=True,
     )
@@ -145,7 +147,7 @@ def container(image: str, workdir_factory) -> Iterator[Host]:
 def host(tmp_path_factory):
     """A new container, prepared as molecule/default/prepare.yml prepares its host: nothing built."""
     missing_vars_files()
-    with container(IMAGE, tmp_path_factory) as new:
+    with container([IMAGE], tmp_path_factory) as new:
         prepare(new.name)
         yield new
 
@@ -156,20 +158,21 @@ BUILT_LAYERS = ("cuda", "cudnn", "conda", "torch", "apex", "verl", "patch", "dat
 
 @contextmanager
 def built(tmp_path_factory) -> Iterator[Host]:
-    """A container of the default scenario's verified image (prepared and converged there): every
+    """A container of the default scenario's converged image (prepared and converged there): every
     layer complete. A test module (built_host) or class (test_python_faults.py) gets one of its own,
     so that one group's faults leave the next group's host as the image has it."""
     missing_vars_files()
-    image = subprocess.run(["podman", "image", "exists", BUILT_IMAGE], check=False)
-    if image.returncode != 0:
+    layers = Path(BUILT_ROOT or "/nonexistent") / "var/lib/verl-p40/layers"
+    if not BUILT_ROOT or not layers.is_dir():
         pytest.fail(
-            "%s is not there: it is the default scenario's verified host. Run `make stack-image` "
-            "(make faults-built and make integration do)." % BUILT_IMAGE
+            "no converged stack root at VERL_P40_STACK_ROOT=%r (no %s): it is the default scenario's "
+            "converged host. Run `make stack-root` (make faults-built and make integration do)." % (BUILT_ROOT, layers)
         )
-    with container(BUILT_IMAGE, tmp_path_factory) as host:
+    # An overlay of its own: the test's writes go to the container's storage, the root stays as built.
+    with container(["--rootfs", BUILT_ROOT + ":O"], tmp_path_factory) as host:
         states = {layer: host.state(layer).get("status") for layer in BUILT_LAYERS}
         unbuilt = {layer: status for layer, status in states.items() if status != "complete"}
-        assert unbuilt == {}, "%s has layers that are not complete: %s" % (BUILT_IMAGE, unbuilt)
+        assert unbuilt == {}, "%s has layers that are not complete: %s" % (BUILT_ROOT, unbuilt)
         yield host
 
 

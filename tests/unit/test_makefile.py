@@ -1,9 +1,9 @@
 """The Makefile's lanes: make test runs molecule and integration side by side (make lanes).
 
 The lanes share one mirror (the stand-ins' URLs are part of what a host records, and the fault
-tests start hosts from the default scenario's image), must not hide a failure behind the pipe
+tests start hosts from the default scenario's stack root), must not hide a failure behind the pipe
 that prefixes their lines, and the cluster scenario and the fault tests on built hosts start
-from the default scenario's committed image.
+from the default scenario's converged stack root.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+MOLECULE = str(REPO / ".venv" / "bin" / "molecule")
 
 # How make lanes prefixes a target's lines: the time, then the target's name.
-PREFIX = r"""\| awk '\{ print strftime\("%H:%M:%S"\) " \[(stack-image|molecule|faults-new|faults-built)\] " \$0; fflush\(\) \}'$"""
+PREFIX = r"""\| awk '\{ print strftime\("%H:%M:%S"\) " \[(stack-root|verify-default|cluster|bullseye|faults-new|faults-built)\] " \$0; fflush\(\) \}'$"""
 # A target that prints a line and fails the way a lane's command would.
 PROBE = 'lane-probe: ; sh -c "echo a line; exit 3" $(LANE)'
 
@@ -70,34 +71,38 @@ def recipe(target: str) -> list[str]:
 def test_make_test_runs_molecule_and_integration_side_by_side():
     test = next(line for line in (REPO / "Makefile").read_text().splitlines() if line.startswith("test:"))
     assert test.split(":")[1].split("##")[0].split() == ["lint", "unit", "lanes"]
-    # One mirror for every lane, started around the sub-make; the image goes after it, on a line of its
-    # own: make -n runs a line that names $(MAKE), so a removal on that line would run under a dry run
-    # (this test's) and take the image from under a make lanes running beside it.
+    # One mirror for every lane, started around the sub-make; the stack root goes after it, on a line of
+    # its own: make -n runs a line that names $(MAKE), so a removal on that line would run under a dry
+    # run (this test's) and take the root from under a make lanes running beside it.
     (first, second) = recipe("lanes")
     assert first.startswith("$(MIRROR) $(MAKE)") and "podman" not in first
-    assert second.startswith("podman rmi --force $(STACK_IMAGE)")
+    assert second == "$(REMOVE_STACK_ROOT)"
     run = shared("lanes")
     assert run.returncode == 0, run.stderr
     (submake,) = [line for line in run.stdout.splitlines() if "LANES=1" in line]
-    assert "-j 3" in submake and submake.split()[-2:] == ["molecule", "integration"]
+    # Four at once: after the stack root, the default scenario's verify, the cluster, the built-host faults and Debian 11.
+    assert "-j 4" in submake and submake.split()[-2:] == ["molecule", "integration"]
     assert "mirror.py" not in submake
     # Output sync would hold each scenario's lines back until it ends: no progress for minutes.
     assert "--output-sync" not in submake and " -O" not in submake
 
 
-def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_image():
-    """make runs a prerequisite once however many targets name it: the cluster scenario and the fault
-    tests on built hosts both start after the default scenario has committed its image."""
+def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_stack_root():
+    """make runs a prerequisite once however many targets name it: the default scenario's verify, the
+    cluster scenario and the fault tests on built hosts all start after the default scenario has
+    converged its stack root, and Debian 11 after the fault tests on new hosts."""
     run = shared("LANES=1", "molecule", "integration")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    order = [line for line in lines if "molecule test -s" in line or "tests/integration/" in line]
-    names = [
-        re.search(r"molecule test -s (\w+)", line).group(1) if "molecule test" in line else "faults" for line in order
-    ]
-    assert names == ["default", "cluster", "bullseye", "faults", "faults"], order
-    assert order[0].startswith("VERL_P40_COMMIT_IMAGE=1 ")
-    assert [line for line in lines if "molecule test -s default" in line] == [order[0]]
+    order = [line for line in lines if "molecule " in line or "tests/integration/" in line]
+    names = [re.search(r"\[([a-z-]+)\]", line).group(1) for line in order]
+    assert names == ["stack-root", "verify-default", "cluster", "faults-new", "bullseye", "faults-built"], order
+    # The default scenario: molecule test's steps up to side_effect, in one lane; the rest after it.
+    steps = re.findall(r"molecule ([a-z-]+) -s default", order[0])
+    assert steps == ["destroy", "converge", "idempotence", "side-effect"], order[0]
+    assert re.findall(r"molecule ([a-z-]+) -s default", order[1]) == ["verify", "destroy"]
+    assert [re.search(r"molecule test -s (\w+)", line).group(1) for line in order[2:]
+            if "molecule test" in line] == ["cluster", "bullseye"]
     # Each target's lines carry its name, and under make lanes none starts a mirror of its own.
     for line in order:
         assert re.search(PREFIX, line), line
@@ -112,10 +117,49 @@ def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_image()
     assert all(" -v " in line for line in new + built)
 
 
+def test_debian_11_waits_for_the_new_host_faults_only_under_make_lanes():
+    """Alone, make bullseye runs no fault test; under make lanes it follows make faults-new."""
+    alone = shared("bullseye")
+    assert alone.returncode == 0, alone.stderr
+    assert "tests/integration/" not in alone.stdout and "molecule test -s bullseye" in alone.stdout
+    lanes = shared("LANES=1", "bullseye").stdout.splitlines()
+    at = [i for i, line in enumerate(lanes) if "tests/integration/" in line or "-s bullseye" in line]
+    assert ["bullseye" in lanes[i] for i in at] == [False, True], lanes
+
+
+def test_make_molecule_runs_every_scenario():
+    run = shared("molecule")
+    assert run.returncode == 0, run.stderr
+    ran = re.findall(r"molecule (verify|test) -s (\w+)", run.stdout)
+    assert sorted(ran) == [("test", "bullseye"), ("test", "cluster"), ("verify", "default")], ran
+    scenarios = sorted(path.parent.name for path in (REPO / "molecule").glob("*/molecule.yml"))
+    # p40 is a real P40 host's scenario (docs/testing.md), not CI's.
+    assert sorted({name for _, name in ran} | {"p40"}) == scenarios
+
+
 def test_a_target_run_alone_serves_the_standins_itself():
     run = make("-n", "faults-new")
     assert run.returncode == 0, run.stderr
     (faults,) = [line for line in run.stdout.splitlines() if "tests/integration" in line]
     assert "tests/fixtures/mirror.py" in faults and "sed" not in faults
-    # The port the shared mirror binds is the default: the image's recorded URLs name it.
+    # The port the shared mirror binds is the default: the stack root's recorded URLs name it.
     assert "--port" not in faults
+
+
+def test_only_a_stack_root_the_default_scenario_made_is_removed(tmp_path: Path):
+    """make lanes and make clean remove STACK_ROOT only where molecule/default/create.yml marked it:
+    a STACK_ROOT pointed at a directory of the user's keeps it."""
+    probe = "root-probe: ; $(REMOVE_STACK_ROOT)"
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for root in (mine, theirs):
+        (root / "etc").mkdir(parents=True)
+        (root / "etc" / "file").write_text("x")
+    (mine / ".verl-p40-stack-root").write_text("")
+    for root in (mine, theirs):
+        run = make("--eval", probe, "root-probe", "STACK_ROOT=%s" % root)
+        assert run.returncode == 0, run.stderr
+    assert not mine.exists()
+    assert (theirs / "etc" / "file").read_text() == "x"
+    # The mark is the one create.yml writes.
+    create = (REPO / "molecule" / "default" / "create.yml").read_text()
+    assert "/.verl-p40-stack-root" in create
