@@ -164,7 +164,8 @@ def test_tokenizer_counts_the_chat_template(source, tmp_path: Path, capsys, monk
             return "<user> " + messages[0]["content"] + " <assistant>"
 
         def __call__(self, text, add_special_tokens):
-            return {"input_ids": text.split()}
+            # As a real tokenizer: special tokens add a BOS that the chat template's text already implies.
+            return {"input_ids": (["<s>"] if add_special_tokens else []) + text.split()}
 
     fake = types.SimpleNamespace(AutoTokenizer=types.SimpleNamespace(from_pretrained=lambda path: Tokenizer()))
     monkeypatch.setitem(sys.modules, "transformers", fake)
@@ -305,6 +306,255 @@ def test_cli_prints_one_json_line(source, tmp_path: Path):
     assert done.returncode == 0, done.stderr
     (line,) = done.stdout.splitlines()
     assert json.loads(line)["changed"] is True
+
+
+def convert_logged(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, dict[str, Any], str]:
+    """As convert, with what the converter wrote to stderr."""
+    status = g.main(list(argv))
+    captured = capsys.readouterr()
+    return status, json.loads(captured.out.strip().splitlines()[-1]), captured.err
+
+
+def test_summary_message_says_whether_the_outputs_changed(source, tmp_path: Path, capsys):
+    root, _ = source
+    out = tmp_path / "out"
+    status, summary = convert(capsys, "--source", str(root), "--out", str(out))
+    assert (status, summary["changed"], summary["msg"]) == (0, True, "converted")
+    status, summary = convert(capsys, "--source", str(root), "--out", str(out))
+    assert (status, summary["changed"], summary["msg"]) == (0, False, "outputs are up to date")
+    # Converted again, the same rows give the same bytes: not a change.
+    status, summary = convert(capsys, "--source", str(root), "--out", str(out), "--force")
+    assert (status, summary["changed"]) == (0, False)
+    assert summary["msg"] == "converted; the outputs came out as they were"
+    assert sorted(path.name for path in out.iterdir()) == [".gsm8k_to_verl.json", "test.parquet", "train.parquet"]
+
+
+def test_outputs_are_world_readable(source, tmp_path: Path, capsys):
+    # Written through mkstemp (mode 0600); the trainer may run as another user.
+    root, _ = source
+    out = tmp_path / "out"
+    convert(capsys, "--source", str(root), "--out", str(out))
+    for name in ("train.parquet", "test.parquet", ".gsm8k_to_verl.json"):
+        assert (out / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_output_directory_and_its_parents_are_created(source, tmp_path: Path, capsys):
+    root, _ = source
+    out = tmp_path / "var" / "lib" / "gsm8k"
+    status, summary = convert(capsys, "--source", str(root), "--out", str(out))
+    assert status == 0 and summary["rows"] == {"train": 32, "test": 8}
+    assert (out / "train.parquet").is_file() and (out / "test.parquet").is_file()
+
+
+def test_a_run_leaves_no_file_descriptor_open(source, tmp_path: Path, capsys):
+    root, _ = source
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    assert convert(capsys, "--source", str(root), "--out", str(tmp_path / "out"))[0] == 0
+    assert len(list(Path("/proc/self/fd").iterdir())) == before
+
+
+def test_messages_on_stderr(source, tmp_path: Path, capsys):
+    root, _ = source
+    out = tmp_path / "out"
+    status, summary, err = convert_logged(capsys, "--source", str(root), "--out", str(out))
+    assert status == 0
+    lengths = summary["prompt_length"]
+    assert err == (
+        f"gsm8k_to_verl.py: converted: {{'train': 32, 'test': 8}} rows in {out}; "
+        f"longest prompt {lengths['max']} {lengths['measure']}\n"
+    )
+    status, summary, err = convert_logged(capsys, "--source", str(tmp_path / "nowhere"), "--out", str(out))
+    assert status == 1
+    assert err == f"gsm8k_to_verl.py: {summary['msg']}\n"
+
+
+def test_overlong_prompts_are_named_on_stderr(source, tmp_path: Path, capsys):
+    root, _ = source
+    status, summary, err = convert_logged(
+        capsys, "--source", str(root), "--out", str(tmp_path / "out"), "--max-prompt-length", "0"
+    )
+    assert status == 0
+    report = summary["prompt_length"]
+    assert report["overlong"] == 40
+    warning = err.splitlines()[1]
+    assert warning == (
+        f"gsm8k_to_verl.py: 40 prompts are longer than 0 ({report['measure']}), "
+        f"e.g. {report['overlong_rows'][:3]}. verl stops at such a prompt "
+        "unless data.filter_overlong_prompts=True or data.max_prompt_length is raised."
+    )
+
+
+def test_failure_summary_is_not_a_change(tmp_path: Path, capsys):
+    status, summary = convert(capsys, "--source", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
+    assert status == 1
+    assert summary == {"changed": False, "failed": True, "msg": f"{tmp_path / 'nowhere'} is not a directory"}
+
+
+def test_usage_errors_exit_2(source, tmp_path: Path, capsys):
+    root, _ = source
+    for argv in (["--out", str(tmp_path / "out")], ["--source", str(root)]):
+        with pytest.raises(SystemExit) as exited:
+            g.main(argv)
+        assert exited.value.code == 2
+        assert "required" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_describes_the_converter(capsys):
+    with pytest.raises(SystemExit) as exited:
+        g.main(["--help"])
+    assert exited.value.code == 0
+    assert "Convert GSM8K into verl's RL parquet format" in capsys.readouterr().out
+
+
+def test_default_prompt_budget_is_512(source, tmp_path: Path, capsys):
+    root, _ = source
+    status, summary = convert(capsys, "--source", str(root), "--out", str(tmp_path / "out"))
+    assert status == 0 and summary["prompt_length"]["limit"] == 512
+
+
+def test_character_estimate_is_a_third_of_the_characters_plus_the_template():
+    assert g.character_estimate([{"role": "user", "content": "x" * 30}]) == 10 + 40
+    assert g.character_estimate([{"role": "user", "content": "x" * 31}]) == 11 + 40
+    assert g.character_estimate([{"role": "system", "content": "ab"}, {"role": "user", "content": "c"}]) == 1 + 40
+
+
+def test_a_prompt_exactly_at_the_budget_is_not_overlong(source, tmp_path: Path, capsys):
+    root, _ = source
+    out = tmp_path / "out"
+    longest = max(convert(capsys, "--source", str(root), "--out", str(out))[1]["prompt_length"]["max"].values())
+    report = convert(capsys, "--source", str(root), "--out", str(out), "--max-prompt-length", str(longest))[1][
+        "prompt_length"
+    ]
+    assert report["overlong"] == 0 and report["overlong_rows"] == []
+    report = convert(capsys, "--source", str(root), "--out", str(out), "--max-prompt-length", str(longest - 1))[1][
+        "prompt_length"
+    ]
+    assert report["overlong"] >= 1
+
+
+def test_overlong_report_lists_the_first_20_rows(source, tmp_path: Path, capsys):
+    root, _ = source
+    status, summary = convert(capsys, "--source", str(root), "--out", str(tmp_path / "out"), "--max-prompt-length", "0")
+    assert status == 0
+    report = summary["prompt_length"]
+    assert report["overlong"] == 40
+    assert [(item["split"], item["index"]) for item in report["overlong_rows"]] == [("train", i) for i in range(20)]
+
+
+@pytest.mark.parametrize("bad, more", [(10, ""), (11, "; and 1 more"), (13, "; and 3 more")])
+def test_rows_without_a_number_are_named_up_to_10(bad: int, more: str):
+    pairs = [("How many?", "no marker")] * bad + [("How many?", "#### 4")] * 2
+    with pytest.raises(g.ConversionError) as error:
+        g.convert("train", pairs)
+    shown = "; ".join(f"train[{i}]: no '####' in the answer" for i in range(10))
+    assert str(error.value) == f"{bad} rows have no numeric '#### N' answer: {shown}{more}"
+
+
+def test_row_without_string_columns_is_refused(tmp_path: Path, capsys):
+    root = tmp_path / "gsm8k"
+    rows = gsm8k_fixture.write_fixture(root, "jsonl")
+    rows["train"][3]["answer"] = 42
+    with (root / "train.jsonl").open("w") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in rows["train"])
+    status, summary = convert(capsys, "--source", str(root), "--out", str(tmp_path / "out"))
+    assert status == 1
+    assert summary["msg"] == f"{root / 'train.jsonl'} row 3: needs string columns 'question' and 'answer'"
+
+
+def test_first_matching_layout_wins(source, tmp_path: Path, capsys):
+    # A stray train.jsonl beside the hub's parquet files is not read: formats are never mixed.
+    root, rows = source
+    other = gsm8k_fixture.write_fixture(tmp_path / "other", "jsonl", seed=5)
+    for split in ("train", "test"):
+        (tmp_path / "other" / f"{split}.jsonl").rename(root / "main" / f"{split}.jsonl")
+    assert other["train"] != rows["train"]
+    out = tmp_path / "out"
+    assert convert(capsys, "--source", str(root), "--out", str(out))[0] == 0
+    questions = [row["extra_info"]["question"] for row in pq.read_table(out / "train.parquet").to_pylist()]
+    assert questions == [row["question"] for row in rows["train"]]
+
+
+def test_arrow_file_format_is_read(source, tmp_path: Path, capsys):
+    # datasets writes the Arrow streaming format; a file written with pyarrow's new_file is the file format.
+    root, rows = source
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for split in ("train", "test"):
+        table = pq.read_table(root / "main" / f"{split}-00000-of-00001.parquet")
+        with pa.OSFile(str(plain / f"{split}.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+    status, summary = convert(capsys, "--source", str(plain), "--out", str(tmp_path / "out"))
+    assert status == 0 and summary["rows"] == {"train": 32, "test": 8}
+    questions = [row["extra_info"]["question"] for row in pq.read_table(tmp_path / "out" / "test.parquet").to_pylist()]
+    assert questions == [row["question"] for row in rows["test"]]
+
+
+def test_tokenizer_without_transformers_says_so(source, tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    root, _ = source
+    model = tmp_path / "model"
+    model.mkdir()
+    status, summary = convert(capsys, "--source", str(root), "--out", str(tmp_path / "out"), "--tokenizer", str(model))
+    assert status == 1
+    assert summary["msg"].startswith("--tokenizer needs the transformers package")
+
+
+@pytest.mark.parametrize("endpoint", [None, "https://mirror.invalid"])
+def test_hub_failure_names_the_endpoint(endpoint, tmp_path: Path, capsys, monkeypatch):
+    def load_dataset(name, config, revision=None):
+        raise ConnectionError("unreachable")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    argv = ["--hub", "--out", str(tmp_path / "out")] + (["--hf-endpoint", endpoint] if endpoint else [])
+    status, summary = convert(capsys, *argv)
+    assert status == 1
+    assert summary["msg"].startswith(
+        f"could not load openai/gsm8k (main) from {endpoint or 'the default hub'}: unreachable. Set HF_ENDPOINT"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_validation_names_each_bad_field(tmp_path: Path):
+    pairs = [(f"Question {i}?", f"#### {i}") for i in range(8)]
+    rows = g.convert("test", pairs)
+    rows[0]["data_source"] = "other"
+    rows[1]["prompt"] = rows[1]["prompt"] * 2
+    rows[2]["prompt"][0]["role"] = "system"
+    rows[3]["prompt"][0]["content"] = ""
+    rows[4]["reward_model"]["style"] = "model"
+    rows[5]["extra_info"]["split"] = "train"
+    rows[6]["extra_info"]["index"] = 99
+    path = tmp_path / "test.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=g.SCHEMA), path)
+    assert g.validate_output(path, "test", 8) == [
+        "test.parquet row 0: data_source 'other'",
+        "test.parquet row 1: prompt should be one non-empty user message",
+        "test.parquet row 2: prompt should be one non-empty user message",
+        "test.parquet row 3: prompt should be one non-empty user message",
+        "test.parquet row 4: reward_model.style 'model'",
+        "test.parquet row 5: extra_info split/index train/5",
+        "test.parquet row 6: extra_info split/index test/99",
+    ]
+
+
+def test_validation_stops_after_20_problems(tmp_path: Path):
+    rows = g.convert("test", [(f"Question {i}?", f"#### {i}") for i in range(30)])
+    for row in rows:
+        row["data_source"] = "other"
+    path = tmp_path / "test.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=g.SCHEMA), path)
+    assert g.validate_output(path, "test", 30) == [f"test.parquet row {i}: data_source 'other'" for i in range(21)] + [
+        "... (stopped after 20)"
+    ]
+
+
+def test_unreadable_output_is_a_problem_not_a_crash(tmp_path: Path):
+    path = tmp_path / "train.parquet"
+    path.write_bytes(b"not parquet")
+    (problem,) = g.validate_output(path, "train", 32)
+    assert problem.startswith(f"{path}: unreadable (")
 
 
 def pins(path: Path, python: str = "3.11") -> dict[str, str]:
