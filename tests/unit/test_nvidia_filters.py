@@ -245,6 +245,9 @@ def test_no_error_for_good_output(name: str) -> None:
         ("GPU 00000000:03:00.0: GPU is lost.  Reboot the system to recover this GPU", ["Xid"]),
         ("", []),
         ("something nobody has seen before", []),
+        # "not installed" needs both: nvidia-smi named, and the shell or exec saying it is missing.
+        ("nvidia-smi: Segmentation fault (core dumped)", []),
+        ("/bin/sh: 1: lspci: not found", []),
     ],
 )
 def test_error_advice_for_other_failures(text: str, words: list[str]) -> None:
@@ -522,6 +525,42 @@ def test_peer_to_peer_output_without_the_gpu():
         nvidia.nvidia_smi_p2p((TOPO / "p40-x2-acs.txt").read_text(), [0, 5])
     with pytest.raises(AnsibleFilterError, match="no row for GPU 0"):
         nvidia.nvidia_smi_p2p("Failed to initialize NVML: Driver/library version mismatch", [0, 1])
+
+
+def test_peer_to_peer_skips_warnings_and_blank_lines_before_the_matrix():
+    """nvidia-smi may print a warning (a corrupted infoROM) and a blank line before the matrix; the
+    matrix after them is read, not the first blank line taken for its end."""
+    matrix = (TOPO / "p40-x4-two-root-complexes.txt").read_text()
+    text = "WARNING: infoROM is corrupted at gpu 0000:03:00.0\n\n" + matrix
+    assert nvidia.nvidia_smi_p2p(text, [2, 3]) == {"ok": True, "blocked": []}
+    assert nvidia.nvidia_smi_p2p(text, [1, 2]) == nvidia.nvidia_smi_p2p(matrix, [1, 2])
+
+
+@pytest.mark.parametrize(
+    "line, edited, indexes, missing",
+    [
+        # The row of GPU 1 cut short: GPU 1 is in the header but has no full row.
+        ("GPU1\tOK\tX\tCNS\tCNS\t", "GPU1\tOK\tX\t", [0, 1], 1),
+        # A full row for GPU 4, which the header lacks (the matrix of another host pasted under it).
+        ("GPU3\tCNS\tCNS\tOK\tX\t", "GPU3\tCNS\tCNS\tOK\tX\t\n GPU4\tCNS\tCNS\tOK\tX\t", [0, 4], 4),
+    ],
+)
+def test_peer_to_peer_needs_both_the_header_and_a_full_row_of_each_gpu(line, edited, indexes, missing):
+    matrix = (TOPO / "p40-x4-two-root-complexes.txt").read_text()
+    assert line in matrix
+    with pytest.raises(AnsibleFilterError, match="no row for GPU %d in the output of nvidia-smi topo" % missing):
+        nvidia.nvidia_smi_p2p(matrix.replace(line, edited), indexes)
+
+
+def test_peer_to_peer_error_quotes_the_first_300_characters_of_the_output():
+    """The output is quoted so the refusal shows what nvidia-smi printed, cut at 300 characters so a
+    long one does not flood the play's log."""
+    text = (TOPO / "p40-x4-two-root-complexes.txt").read_text()
+    assert len(text.strip()) > 300
+    with pytest.raises(AnsibleFilterError) as refused:
+        nvidia.nvidia_smi_p2p(text, [7])
+    quoted = repr(text.strip()[:300])
+    assert str(refused.value) == "nvidia_smi_p2p: no row for GPU 7 in the output of nvidia-smi topo -p2p r: " + quoted
 
 
 def test_p2p_query_command():

@@ -149,6 +149,29 @@ def test_the_name_appears_only_once_its_sum_is_written(tmp_path: Path, built: Pa
     assert sorted(os.listdir(dest)) == [built.name, built.name + ".sha256"]
 
 
+def test_a_cache_directory_another_user_owns_is_refused(tmp_path: Path, built: Path):
+    """Root writes only where nobody else can swap the directory under it (the cache, and every
+    directory above it)."""
+    dest = tmp_path / "cache"
+    dest.mkdir()
+    os.chown(dest, 1, 1)
+    refused_with_nothing_cached(take(built, dest), built, dest, "%s is owned by uid 1" % dest)
+    assert os.listdir(dest) == []
+
+
+def test_run_by_another_user_than_root_the_cache_is_that_users_own(tmp_path: Path, built: Path, monkeypatch):
+    """Only root's run is held to a root-only cache (another user cannot make one): run by uid 1, the
+    module takes the file into a directory of uid 1's, and the second opening of it (for the sum and
+    the rename) asks what take_as's did, so the pair is cached and no .partial is left behind."""
+    dest = tmp_path / "cache"
+    dest.mkdir()
+    os.chown(dest, 1, 1)
+    monkeypatch.setattr(os, "geteuid", lambda: 1)
+    taken = take(built, dest)
+    assert taken["_rc"] == 0 and taken["sha256"] == hashlib.sha256(WHEEL).hexdigest(), taken
+    assert sorted(os.listdir(dest)) == [built.name, built.name + ".sha256"]
+
+
 def test_through_ansible(tmp_path: Path, built: Path):
     """The same module as a task runs it (argument spec, transport, its own Python)."""
     dest = tmp_path / "cache"
