@@ -217,6 +217,19 @@ def test_forward_flops_counted_by_hand():
     assert train_report.forward_flops(TINY, 6, 0) == 2880
 
 
+def test_flops_of_more_layers_and_of_a_head_size_the_config_leaves_out():
+    # Two layers: twice the per-layer parameters (2 x 160 + 80) and twice the attention term.
+    two = dict(TINY, num_hidden_layers=2)
+    assert train_report.dense_parameters(two) == 400
+    assert train_report.forward_flops(two, 6, 3) == 2 * 400 * 6 + 2 * 288
+    # Without head_dim it is hidden // heads, as verl's counter has it: 5 // 2 = 2. Per layer an MLP of
+    # 5 x 8 x 3 = 120 and attention of 5 x (2x2 + 2x2x2 + 2x2) = 80, plus 10 x 5 x 2 = 100.
+    odd = dict(TINY, hidden_size=5)
+    assert train_report.dense_parameters(odd) == 300
+    # 2 x 300 x 6 tokens, plus 4 x 2 sequences x 3^2 x head_dim 2 x 2 heads.
+    assert train_report.forward_flops(odd, 6, 3) == 3600 + 288
+
+
 def test_phase_rates_counted_by_hand():
     """Seconds chosen so that each rate is a round number of TFLOP/s (3168 FLOPs a forward)."""
     metrics = {
@@ -357,6 +370,13 @@ def plain_steps(*numbers: int, seconds: float = 60.0) -> str:
         # Hours from an hour on: 997 x 60 s.
         ("Total training steps: 1000\n" + plain_steps(1, 2, 3), "  about 16.6 h left"),
         ("Total training steps: 63\n" + plain_steps(1, 2, 3), "  about 1.0 h left"),
+        # One step left: its seconds are the time left. Whole minutes (89 s is 1.48 min, 91 s 1.52),
+        # up to just under an hour; tenths of an hour from 3600 s (3779 s is 1.0497 h, 3781 s 1.0503).
+        ("Total training steps: 2\n" + plain_steps(1, seconds=89.0), "  about 1 min left"),
+        ("Total training steps: 2\n" + plain_steps(1, seconds=91.0), "  about 2 min left"),
+        ("Total training steps: 2\n" + plain_steps(1, seconds=3599.0), "  about 60 min left"),
+        ("Total training steps: 2\n" + plain_steps(1, seconds=3779.0), "  about 1.0 h left"),
+        ("Total training steps: 2\n" + plain_steps(1, seconds=3781.0), "  about 1.1 h left"),
         # Ended, all done, the total unknown, or no plain step to go by: no estimate.
         ("Total training steps: 10\n" + plain_steps(1, 2, 3) + "train.sh: exit status 1\n", None),
         ("Total training steps: 3\n" + plain_steps(1, 2, 3), None),
@@ -420,6 +440,10 @@ def test_what_cannot_be_read_or_written_is_said(tmp_path: Path, capsys):
         ((1, 3), [1, 1.5, 2, 2.5, 3]),
         ((0, 97), [0, 20, 40, 60, 80, 100]),  # the last tick past the highest value
         ((-0.5, 0.5), [-0.6, -0.4, -0.2, 0, 0.2, 0.4, 0.6]),
+        # Round decimals also far from 0, where index x 0.1 alone is off in the 11th decimal.
+        ((100000, 100000.5), [100000, 100000.1, 100000.2, 100000.3, 100000.4, 100000.5]),
+        # Still distinct ticks for a span of a billionth.
+        ((0, 1e-9), [0, 2e-10, 4e-10, 6e-10, 8e-10, 1e-9]),
         ((0, 1, 10), [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1]),
         ((3, 3), [3]),
         ((2, 1), [2]),
@@ -470,3 +494,53 @@ def test_the_command_line_s_defaults_and_options(tmp_path: Path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert "model FLOP/s and share of the peak (2 x Tesla P40, bfloat16: 20 TFLOP/s)" in out
     assert "  actor update               6.00 TFLOP/s   30.0% of peak" in out
+
+
+def test_the_report_s_sections_each_have_a_heading_after_a_blank_line():
+    text = (
+        "Total training steps: 3\n" + tiny_step(1, "3.168e-09") + tiny_step(2, "3.168e-09", " - timing_s/testing:1.5")
+    )
+    lines, _ = train_report.report(text, TINY, "Tesla P40", 10)
+    assert [line for line in lines if not line.startswith("  ")] == [
+        "2 steps logged (last: step 2 of 3); still running, or stopped without train.sh's exit line",
+        "",
+        "seconds per step",
+        "",
+        "seconds per phase (mean over plain steps; share of a step)",
+        "",
+        "per step: reward (critic/score/mean), response length (mean), seconds",
+        "",
+        "model FLOP/s and share of the peak (1 x Tesla P40, float32: 10 TFLOP/s)",
+    ]
+    # The time left closes its section; the next heading follows a blank line.
+    at = lines.index("  about 0 min left at the plain-step pace (validation and checkpoints extra)")
+    assert lines[at + 1 : at + 3] == ["", "seconds per phase (mean over plain steps; share of a step)"]
+
+
+def test_steps_without_a_step_time_get_phase_means_but_no_shares():
+    lines, _ = train_report.report("step:1 - timing_s/gen:10.0\nstep:2 - timing_s/gen:20.0 - critic/score/mean:0.5\n")
+    assert lines[lines.index("seconds per phase (mean over steps; share of a step)") + 1] == (
+        "  generate (rollout)        15.00       "
+    )
+
+
+def test_plot_axes_run_from_the_round_tick_below_the_first_value_to_the_one_above_the_last():
+    """Steps 1 and 9 get x ticks every 2 from 0 to 10, so the plot area's 580 px are 58 a step; rewards
+    0 and 0.9 get y ticks every 0.2 up to 1, so 0.9 sits a tenth of the panel (26 px) below its top."""
+    svg = svg_of(
+        {1: {"critic/score/mean": 0.0, "timing_s/step": 10.0}, 9: {"critic/score/mean": 0.9, "timing_s/step": 12.0}}
+    )
+    points = {c.find(SVG + "title").text: (c.get("cx"), c.get("cy")) for c in svg.iter(SVG + "circle")}
+    assert points["training reward, step 1: 0"] == ("128.0", "300.0")
+    assert points["training reward, step 9: 0.9"] == ("592.0", "66.0")
+    labels = [(t.text, t.get("x"), t.get("y")) for t in svg.iter(SVG + "text")]
+    x_ticks = [label for label in labels if label[2] == "318"]
+    assert x_ticks == [(str(n), f"{70 + 58 * n:.1f}", "318") for n in (0, 2, 4, 6, 8, 10)]
+    assert ("1", "64", "44.0") in labels
+
+
+def test_plot_of_a_panel_without_values_has_one_tick_at_0_mid_panel():
+    svg = svg_of({1: {"timing_s/step": 7.0}, 2: {"timing_s/step": 9.0}})
+    labels = [(t.text, t.get("x"), t.get("y")) for t in svg.iter(SVG + "text")]
+    # The reward panel (y 40-300) is empty: its one y tick is 0, in its middle.
+    assert [label for label in labels if label[1] == "64" and float(label[2]) < 300] == [("0", "64", "174.0")]
