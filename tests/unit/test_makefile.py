@@ -101,8 +101,10 @@ def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_stack_r
     steps = re.findall(r"molecule ([a-z-]+) -s default", order[0])
     assert steps == ["destroy", "converge", "idempotence", "side-effect"], order[0]
     assert re.findall(r"molecule ([a-z-]+) -s default", order[1]) == ["verify", "destroy"]
-    assert [re.search(r"molecule test -s (\w+)", line).group(1) for line in order[2:]
-            if "molecule test" in line] == ["cluster", "bullseye"]
+    assert [re.search(r"molecule test -s (\w+)", line).group(1) for line in order[2:] if "molecule test" in line] == [
+        "cluster",
+        "bullseye",
+    ]
     # Each target's lines carry its name, and under make lanes none starts a mirror of its own.
     for line in order:
         assert re.search(PREFIX, line), line
