@@ -82,20 +82,6 @@ def test_a_skipped_job_skips_the_wait(tmp_path: Path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize(
-    "seconds, text", [(0, "0s"), (59.9, "59s"), (60, "1m00s"), (245, "4m05s"), (3600, "1h00m"), (3725, "1h02m")]
-)
-def test_human_seconds(seconds: float, text: str):
-    assert stack_wait.human_seconds(seconds) == text
-
-
-@pytest.mark.parametrize(
-    "size, text", [(0, "0 B"), (999, "999 B"), (1000, "1.0 kB"), (3_400_000, "3.4 MB"), (4_300_000_000, "4.3 GB")]
-)
-def test_human_bytes(size: int, text: str):
-    assert stack_wait.human_bytes(size) == text
-
-
 def test_a_long_log_line_is_cut():
     line = stack_wait.progress_line("Apex | Build", 30, None, "x" * 300)
     assert line.startswith("Apex | Build: 30s, ") and line.endswith("...") and len(line) < 150
