@@ -66,6 +66,10 @@ CAP_GIB=${P40_GPU_MEM_GB:-24}
 MEMORY_CARD_GIB=${MEMORY_CARD_GIB:-$CAP_GIB}
 # Validation every this many steps in the memory run (default: at its last step; -1: none).
 MEMORY_TEST_FREQ=${MEMORY_TEST_FREQ:-$MEMORY_STEPS}
+# A checkpoint every MEMORY_SAVE_FREQ steps (the last step's by default), each save allowed the next of
+# MEMORY_SAVE_HEADROOM's GiB above what it starts with (tests/gpu/hooks: P40_SAVE_HEADROOM_GIB), e.g. 3,1.
+MEMORY_SAVE_FREQ=${MEMORY_SAVE_FREQ:-$MEMORY_STEPS}
+MEMORY_SAVE_HEADROOM=${MEMORY_SAVE_HEADROOM:-}
 # Prefix of the smoke run's result files in $OUT.
 SMOKE_NAME=${SMOKE_NAME:-smoke}
 # A host's recorded nvidia-smi output (and its topo -p2p r) for the launcher's render
@@ -253,7 +257,7 @@ memory() {
   # model's config.json and a card of the cap's size, as the train role does for a host's GPU.
   render_launcher "$dir" "$model" --model-config "$model/config.json" \
     --gpu-memory-mib "$(python3 -c "import sys; print(int(float(sys.argv[1]) * 1024))" "$MEMORY_CARD_GIB")" \
-    --var "train_extra_env={$QUIET_ENV, PYTHONPATH: '$HOOKS:$SITE', P40_GPU_MEM_GB: '$CAP_GIB', P40_MEM_LOG: '$mem_log'}" \
+    --var "train_extra_env={$QUIET_ENV, PYTHONPATH: '$HOOKS:$SITE', P40_GPU_MEM_GB: '$CAP_GIB', P40_MEM_LOG: '$mem_log', P40_SAVE_HEADROOM_GIB: '$MEMORY_SAVE_HEADROOM'}" \
     ${vars[@]+"${vars[@]}"}
   {
     echo "== the launcher's memory plan (train.sh, rendered by tools/render.py; predictions)"
@@ -270,7 +274,7 @@ try:
 except torch.OutOfMemoryError as error:
     print(f"{cap + 1:g} GiB: out of memory, as on a card of {cap:g} GiB:", str(error).splitlines()[0][:160])'
   } >"$summary" 2>&1 || true
-  local args=("trainer.total_training_steps=$MEMORY_STEPS" "trainer.test_freq=$MEMORY_TEST_FREQ" "trainer.save_freq=$MEMORY_STEPS")
+  local args=("trainer.total_training_steps=$MEMORY_STEPS" "trainer.test_freq=$MEMORY_TEST_FREQ" "trainer.save_freq=$MEMORY_SAVE_FREQ")
   # More train.sh arguments, e.g. MEMORY_EXTRA=actor_rollout_ref.actor.use_kl_loss=True (adds verl's ref model).
   read -r -a extra <<<"${MEMORY_EXTRA:-}"
   args+=("${extra[@]}")

@@ -298,6 +298,33 @@ def test_the_checkpoint_save_takes_what_memory_there_is():
     assert int(sizes[actor + "lora_adapter/adapter_model.safetensors"]) > 59867136 * 4  # every adapter weight
 
 
+def test_on_one_gpu_the_checkpoint_save_needs_half_a_gib_and_gets_by_with_none():
+    """docs/memory.md, "What a checkpoint's save needs": 1.5B's LoRA checkpoint saved at every step, each
+    save capped at what was allocated when it started plus 0.5, 0, 8 and 0 GiB (the allocator's cache
+    emptied first; tests/gpu/hooks P40_SAVE_HEADROOM_GIB). With 0.5 GiB every weight is cloned; with
+    none torch's FSDP state_dict keeps the parameters' own tensors where a clone runs out of memory,
+    and the save still holds the same frozen weights as the save that cloned them all."""
+    saves = [
+        json.loads(line)
+        for line in (RESULTS / "save15b-cap-22gib-calls.jsonl").read_text().splitlines()
+        if '"actor (checkpoint)"' in line
+    ]
+    assert [save["save_headroom_gib"] for save in saves] == [0.5, 0.0, 8.0, 0.0]
+    assert all("error" not in save for save in saves)
+    half, none, roomy, last = saves
+    assert half["clone_failures"] == 0 and half["peak_allocated_gib"] - half["before_gib"] <= 0.5
+    assert none["clone_failures"] > 0 and none["peak_allocated_gib"] - none["before_gib"] < 0.1
+    # With room, the same save holds the fp32 weights' clones at once (6.8 GiB above, as lora15b-b16 showed).
+    assert roomy["clone_failures"] == 0 and roomy["peak_allocated_gib"] - roomy["before_gib"] > 6.5
+    assert last["clone_failures"] == none["clone_failures"]
+    summary = (RESULTS / "save15b-cap-22gib-summary.txt").read_text()
+    assert "steps logged: [1, 2, 3, 4]" in summary and "train.sh exit status 0" in summary
+    # global_step_3 (cloned with 8 GiB to spare) against global_step_4 (no headroom): the same frozen weights.
+    compare = (RESULTS / "save15b-cap-22gib-compare.txt").read_text()
+    assert "frozen (base model): 339 tensors, 339 equal, 0 differ, 0 missing from one file, 0 with NaN" in compare
+    assert compare.rstrip().endswith("frozen weights: the same in both saves")
+
+
 # -- the terms, exactly as the module docstring states them --------------------
 #
 # Small made-up shapes, so that each side of every max() can be made the larger one: grouped-query

@@ -23,18 +23,29 @@ P40_MEM_LOG=FILE
     stats reset at its start). The methods are wrapped when
     verl.workers.fsdp_workers is imported; functools.wraps keeps verl's
     dispatch attributes, so the worker groups bind them as before.
+P40_SAVE_HEADROOM_GIB=3,1
+    How much a checkpoint's save may take above what is allocated when it
+    starts: for the Nth save_checkpoint call the Nth value, applied as the
+    allocator's cap for that call only (the P40_GPU_MEM_GB cap comes back
+    after it; the allocator's cache is emptied first, since the cap binds only
+    new segments). A save that needs more runs out of memory and the call's
+    line says so (error), with the count of tensors torch's FSDP state_dict
+    failed to clone (clone_failures: it then keeps the parameter itself).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import json
 import os
 import sys
 import time
+import warnings
 
 _CAP_GB = os.environ.get("P40_GPU_MEM_GB")
 _LOG = os.environ.get("P40_MEM_LOG")
+_SAVE_HEADROOM = [float(value) for value in os.environ.get("P40_SAVE_HEADROOM_GIB", "").split(",") if value.strip()]
 
 # method -> role it runs for; the ref and the actor are one class in verl 0.4.1.
 _ROLE_OF = {
@@ -107,9 +118,24 @@ def _wrap(cls, name: str, role: str) -> None:
             torch.cuda.synchronize()
             before = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
+        headroom = _SAVE_HEADROOM.pop(0) if cuda and name == "save_checkpoint" and _SAVE_HEADROOM else None
+        caught = contextlib.nullcontext([])
+        if headroom is not None:
+            # The cap binds only new segments: cached blocks would serve the save past it.
+            torch.cuda.empty_cache()
+            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, (before + headroom * 2**30) / total))
+            caught = warnings.catch_warnings(record=True)
         start = time.time()
+        error = None
         try:
-            return method(self, *args, **kwargs)
+            with caught as seen:
+                if headroom is not None:
+                    warnings.simplefilter("always")
+                return method(self, *args, **kwargs)
+        except BaseException as raised:
+            error = repr(raised)[:300]
+            raise
         finally:
             event = {
                 "event": "call",
@@ -117,6 +143,16 @@ def _wrap(cls, name: str, role: str) -> None:
                 "method": f"{cls.__name__}.{name}",
                 "seconds": round(time.time() - start, 3),
             }
+            if headroom is not None:
+                cap = float(_CAP_GB) * 2**30 if _CAP_GB else total
+                torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
+                event["save_headroom_gib"] = headroom
+                # torch's FSDP state_dict keeps a parameter's own tensor when its clone() runs out of memory.
+                event["clone_failures"] = sum("Failed to clone()" in str(w.message) for w in seen)
+                for w in seen:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+            if error:
+                event["error"] = error
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.synchronize()
                 event.update(
