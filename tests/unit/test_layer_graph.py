@@ -90,7 +90,7 @@ def graph_problems(repo: Path) -> list[str]:
             problems.append("%s: its roles are %s; stack_layers gives the %s stage %s" % (path, have, stage, want))
     setup = [
         task["ansible.builtin.include_role"]["name"]
-        for task in _load(repo, SETUP)
+        for task in _tasks(_load(repo, SETUP))
         if "ansible.builtin.include_role" in task
     ]
     want = [layer["name"] for layer in layers if layer.get("stage") == "setup"]
@@ -236,3 +236,19 @@ def test_a_role_that_asks_its_record_itself_names_the_file(copy):
     problems = graph_problems(copy)
     assert problems[0].startswith("roles/cudnn/tasks/main.yml: imports nothing of the stack role")
     assert "roles/cudnn/tasks/main.yml: Cudnn | Read the layer state asks or records a layer itself" in problems[-1]
+
+
+def test_the_protocol_imports_skip_the_stack_roles_argument_spec():
+    """The protocol's entry points (tasks_from) have no argument spec; Ansible still loads and copies the
+    stack role's whole spec file (the largest) for every import unless rolespec_validate is false: one
+    load per layer, on every run, in the parse before the first task."""
+    loud = []
+    for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            spec = task.get("ansible.builtin.import_role") if isinstance(task, dict) else None
+            if isinstance(spec, dict) and spec.get("name") == "stack" and "tasks_from" in spec:
+                if spec.get("rolespec_validate") is not False:
+                    loud.append("%s: %s" % (path.relative_to(REPO), task.get("name")))
+    assert loud == []
+    specs = _load(REPO, Path("roles/stack/meta/argument_specs.yml"))["argument_specs"]
+    assert set(specs) == {"main"}, "the stack role now has entry-point specs %s: validate them" % sorted(specs)
