@@ -164,7 +164,8 @@ def test_every_layer_role_answers_to_the_verify_tag():
             for role in play_.get("roles") or []:
                 tagged[role["role"]] = role.get("tags") or []
     # The setup stage's layers are included by the stages' shared setup; their tasks get the tags `apply` gives.
-    for task in yaml.safe_load((REPO / "playbooks" / "tasks" / "setup.yml").read_text()):
+    setup = yaml.safe_load((REPO / "playbooks" / "tasks" / "setup.yml").read_text())
+    for task in [task for entry in setup for task in [entry, *(entry.get("block") or [])]]:
         include = task.get("ansible.builtin.include_role")
         if include and include["name"] != "preflight":
             tagged[include["name"]] = (include.get("apply") or {}).get("tags") or []
