@@ -5,8 +5,10 @@ A no-op rerun asks every layer's record whether there is work. Each stage playbo
 at once (state=snapshot, one call to the host); a query whose answer is "unchanged" is then given here
 without another call. Anything else (no snapshot, a record that is not complete, other inputs or
 required fingerprints, a recorded file whose stat changed, files the record does not name, a rebuild
-or verify request) goes to the module on the host, which decides exactly as before. A call that
-changes a record empties the snapshot, so a later layer of the same run asks the host again.
+or verify request) goes to the module on the host, which decides exactly as before. So does the record
+(state=present) of a layer that built nothing from unchanged inputs and names the files it recorded
+(preflight's on every run): the module would keep the record as it is, so it is answered here too. A
+call that changes a record empties the snapshot, so a later layer of the same run asks the host again.
 The module's documentation (library/layer_state.py) describes the options and results.
 """
 
@@ -112,6 +114,30 @@ def unchanged(args: dict[str, Any], snap: dict[str, Any]) -> dict[str, Any] | No
     )
 
 
+def kept(args: dict[str, Any], snap: dict[str, Any]) -> dict[str, Any] | None:
+    """The module's result for a record (state=present) that would leave the state file as it is, from
+    the snapshot; None when the host must be asked. The module keeps a record when nothing was built
+    and decide() finds it unchanged, and refreshes only its files' stat: unchanged when the files are
+    the recorded ones and none changed (what unchanged() holds for a query of the same layer)."""
+    if args.get("built") not in (False, "false", "False") or args.get("update_details") not in (
+        None,
+        False,
+        "false",
+        "False",
+    ):
+        return None
+    answer = unchanged(args, snap)
+    if answer is None or set(args.get("files") or []) != set(answer["previous"]["files"]):
+        return None
+    previous = answer["previous"]
+    finished = round(time.time() + float(snap.get("offset", 0.0)), 2)
+    outcome = shared().outcome(previous, False)
+    answer["ansible_facts"] = {
+        "stack_layer_" + args["name"]: dict(version=str(args.get("version", "")), outcome=outcome, finished=finished)
+    }
+    return answer
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = False
@@ -120,9 +146,9 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         state = args.get("state", "query")
-        if state == "query":
+        if state in ("query", "present"):
             facts = (task_vars or {}).get("ansible_facts") or {}
-            answer = unchanged(args, facts.get(SNAPSHOT) or {})
+            answer = (unchanged if state == "query" else kept)(args, facts.get(SNAPSHOT) or {})
             if answer is not None:
                 result.update(answer)
                 return result

@@ -349,6 +349,55 @@ def test_a_noop_query_is_answered_from_the_snapshot_and_only_then(tmp_path: Path
     assert "from_snapshot" not in playbook_results(tmp_path, [snapshot, stale], run="run-b")[1]
 
 
+def test_a_record_that_keeps_the_state_file_is_answered_from_the_snapshot(tmp_path: Path):
+    """Preflight records itself on every run with built=false: when the module would keep the record
+    as it is, the answer comes from the snapshot, key for key the module's; anything that would change
+    the record goes to the host."""
+    marker = tmp_path / "toolkit" / "version.json"
+    marker.parent.mkdir()
+    marker.write_text("{}")
+    cuda = {"name": "cuda", "inputs": {"v": 1}, "version": "11.8.89", "files": [str(marker)]}
+    keep = {"layer_state": dict(cuda, state="present", built=False)}
+    snapshot = {"layer_state": {"state": "snapshot"}}
+    playbook_results(tmp_path, [{"layer_state": dict(cuda, state="present")}])
+    record = tmp_path / "layers" / "cuda.json"
+    before = record.read_text()
+    results = playbook_results(
+        tmp_path,
+        [
+            snapshot,
+            keep,  # 1: from the snapshot
+            {"layer_state": dict(cuda, state="present", built=False, update_details=True)},  # 2: the host
+            {"layer_state": dict(cuda, state="present", built=False, inputs={"v": 2})},  # 3: the host records
+            snapshot,
+            {"layer_state": dict(cuda, state="present", built=False, inputs={"v": 2}, version="12")},  # 5: snapshot
+            {"layer_state": dict(cuda, state="present", built=False, inputs={"v": 2}, files=[])},  # 6: fewer files
+        ],
+    )
+    assert [bool(results[i].get("from_snapshot")) for i in (1, 2, 3, 5, 6)] == [True, False, False, True, False]
+    assert not results[1]["changed"] and results[3]["changed"]
+    assert results[1]["ansible_facts"]["stack_layer_cuda"]["outcome"] == "unchanged"
+    assert results[5]["ansible_facts"]["stack_layer_cuda"]["version"] == "12" and results[6]["changed"]
+    # The same record asked of the host, in a run without a snapshot: the same answer, the file kept.
+    playbook_results(tmp_path, [{"layer_state": dict(cuda, state="present")}])
+    before = record.read_text()
+    local, remote = playbook_results(tmp_path, [snapshot, keep])[1], playbook_results(tmp_path, [keep])[0]
+    assert local["from_snapshot"] and "from_snapshot" not in remote
+    assert record.read_text() == before
+    skip = {"from_snapshot", "ansible_facts", "invocation", "action", "diff"} | PATH_INFO
+    assert {k: v for k, v in local.items() if k not in skip and not k.startswith("_ansible")} == {
+        k: v for k, v in remote.items() if k not in skip and not k.startswith("_ansible")
+    }
+    local_facts, remote_facts = local["ansible_facts"]["stack_layer_cuda"], remote["ansible_facts"]["stack_layer_cuda"]
+    assert {k: v for k, v in local_facts.items() if k != "finished"} == {
+        k: v for k, v in remote_facts.items() if k != "finished"
+    }
+    # A file the record names changed since the snapshot was taken: the host records its new stat.
+    marker.write_text('{"touched": 1}')
+    touched = playbook_results(tmp_path, [snapshot, keep])[1]
+    assert "from_snapshot" not in touched and touched["changed"]
+
+
 # -- the host lock: a run that does not hold it reads and changes no layer ---------------------
 
 
