@@ -210,7 +210,7 @@ def resource_problems(shortfalls: list[str], memtotal_mb: Any, ram: dict[str, An
             "replaces the whole list." % "; ".join(shortfalls)
         )
     if ram:
-        have = _number(memtotal_mb, "ansible_facts.memtotal_mb") / 1024
+        have = _number(memtotal_mb, "preflight_memory_mb (the host's MemTotal)") / 1024
         if have < float(ram["gib"]):
             problems.append(
                 "Not enough memory: %.1f GiB RAM, training needs %.1f GiB (%s). Add RAM, train on fewer GPUs per "

@@ -16,6 +16,9 @@ description:
     requirement says about itself (O(requirements[].why), the variables that move the path or
     change its size), so that a refusal says what to change.
   - Never changes anything and never fails for lack of space; the caller judges RV(shortfalls).
+  - Also measures the host's memory and the CPUs this process may run on (RV(memory_mb), RV(cpus)),
+    which the caller's memory check and a build's parallel jobs read, so that a play needs no
+    hardware fact gathering.
 options:
   requirements:
     description: The paths to check and the free space each needs.
@@ -85,6 +88,16 @@ filesystems:
       sample: [/usr/local/cuda-11.8, /var/cache/verl-p40]
   sample:
     - {mount: /, free_gb: 71.0, needed_gb: 14.0, paths: [/usr/local/cuda-11.8, /var/cache/verl-p40]}
+memory_mb:
+  description: The host's memory in MiB (MemTotal of /proc/meminfo); null where that cannot be read.
+  type: int
+  returned: always
+  sample: 257611
+cpus:
+  description: The CPUs this process may run on (its affinity mask; the CPU count where there is none).
+  type: int
+  returned: always
+  sample: 32
 shortfalls:
   description: A sentence for each filesystem with less free space than needed; empty when all have enough.
   type: list
@@ -148,6 +161,26 @@ def check(requirements: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
     return filesystems, shortfalls
 
 
+def memory_mb(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemTotal in MiB, as Ansible's memtotal_mb fact has it (kB // 1024); None when unreadable."""
+    try:
+        with open(meminfo, encoding="ascii") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key == "MemTotal":
+                    return int(value.split()[0]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -168,7 +201,7 @@ def main() -> None:
         if not str(req["path"]).startswith("/"):
             module.fail_json(msg="requirement path %r must be absolute" % (req["path"],))
     filesystems, shortfalls = check(module.params["requirements"])
-    module.exit_json(changed=False, filesystems=filesystems, shortfalls=shortfalls)
+    module.exit_json(changed=False, filesystems=filesystems, shortfalls=shortfalls, memory_mb=memory_mb(), cpus=cpus())
 
 
 if __name__ == "__main__":

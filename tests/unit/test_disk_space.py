@@ -156,3 +156,34 @@ def test_through_ansible(tmp_path: Path):
     assert done["_rc"] == 0 and done["shortfalls"] == [] and done["filesystems"][0]["paths"] == [str(tmp_path / "new")]
     refused = run_module("disk_space", {"requirements": [{"path": "relative", "min_free_gb": 0}]})
     assert refused["_rc"] != 0 and "must be absolute" in refused["msg"]
+
+
+def test_memory_is_memtotal_in_mib_as_ansibles_fact_and_none_when_unreadable(tmp_path: Path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemFree:  1024 kB\nMemTotal:       16385023 kB\nSwapTotal: 0 kB\n")
+    assert disk_space.memory_mb(str(meminfo)) == 16000  # 16385023 // 1024
+    meminfo.write_text("MemFree:  1024 kB\n")
+    assert disk_space.memory_mb(str(meminfo)) is None
+    meminfo.write_text("MemTotal: lots\n")
+    assert disk_space.memory_mb(str(meminfo)) is None
+    assert disk_space.memory_mb(str(tmp_path / "absent")) is None
+
+
+def test_the_cpus_are_the_affinity_mask_else_the_count(monkeypatch):
+    monkeypatch.setattr(disk_space.os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    assert disk_space.cpus() == 3
+
+    def refused(pid):
+        raise OSError("no affinity here")
+
+    monkeypatch.setattr(disk_space.os, "sched_getaffinity", refused, raising=False)
+    monkeypatch.setattr(disk_space.os, "cpu_count", lambda: 7)
+    assert disk_space.cpus() == 7
+    monkeypatch.setattr(disk_space.os, "cpu_count", lambda: None)
+    assert disk_space.cpus() == 1
+
+
+def test_a_run_reports_this_hosts_memory_and_cpus(tmp_path: Path):
+    done = space({"path": str(tmp_path / "new"), "min_free_gb": 0})
+    assert done["memory_mb"] == disk_space.memory_mb() and done["cpus"] == len(os.sched_getaffinity(0))
+    assert done["memory_mb"] > 0

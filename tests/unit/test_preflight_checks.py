@@ -341,7 +341,7 @@ def preflight_resources(tmp_path: Path, **variables: Any):
     model and train roles are not in the play."""
     play = {
         "gather_facts": True,
-        "gather_subset": ["!all", "!min", "distribution", "hardware"],
+        "gather_subset": ["!all", "!min", "distribution"],
         "vars": {
             "preflight_gpus": [{"index": 0, "name": "Tesla P40", "compute_capability": "6.1", "memory_mib": 22919}],
             "preflight_profile": "{{ stack_gpu_profiles.pascal | combine({'name': 'pascal'}) }}",
