@@ -288,11 +288,23 @@ def stack_wait_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict
     return run_tasks("stack_wait", tasks, tmp_path)
 
 
+def stack_links_runs(tmp_path: Path, request: pytest.FixtureRequest) -> list[dict]:
+    args = {"links": [{"src": str(tmp_path / "target"), "dest": str(tmp_path / "link")}]}
+    tasks = [
+        {"stack_links": args, "check_mode": True, "diff": True},
+        {"stack_links": args, "diff": True},
+        {"stack_links": args},
+        {"stack_links": {"links": [{"src": "x", "dest": str(tmp_path)}]}, "ignore_errors": True},
+    ]
+    return run_tasks("stack_links", tasks, tmp_path)
+
+
 RUNS: dict[str, Callable[[Path, pytest.FixtureRequest], list[dict]]] = {
     "disk_space": disk_space_runs,
     "driver_info": driver_info_runs,
     "host_lock": host_lock_runs,
     "layer_state": layer_state_runs,
+    "stack_links": stack_links_runs,
     "stack_take": stack_take_runs,
     "stack_tree": stack_tree_runs,
     "stack_wait": stack_wait_runs,
