@@ -170,7 +170,13 @@ def test_memory_is_memtotal_in_mib_as_ansibles_fact_and_none_when_unreadable(tmp
 
 
 def test_the_cpus_are_the_affinity_mask_else_the_count(monkeypatch):
-    monkeypatch.setattr(disk_space.os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    def affinity(pid):
+        if pid != 0:  # 0: this process; another pid is another process's mask
+            raise ProcessLookupError(pid)
+        return {0, 2, 5}
+
+    monkeypatch.setattr(disk_space.os, "sched_getaffinity", affinity, raising=False)
+    monkeypatch.setattr(disk_space.os, "cpu_count", lambda: 7)
     assert disk_space.cpus() == 3
 
     def refused(pid):
