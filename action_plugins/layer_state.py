@@ -24,6 +24,7 @@ from typing import Any
 
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 SNAPSHOT = "stack_layer_snapshot"
@@ -119,12 +120,13 @@ def kept(args: dict[str, Any], snap: dict[str, Any]) -> dict[str, Any] | None:
     the snapshot; None when the host must be asked. The module keeps a record when nothing was built
     and decide() finds it unchanged, and refreshes only its files' stat: unchanged when the files are
     the recorded ones and none changed (what unchanged() holds for a query of the same layer)."""
-    if args.get("built") not in (False, "false", "False") or args.get("update_details") not in (
-        None,
-        False,
-        "false",
-        "False",
-    ):
+    # The module's defaults (built: true, update_details: false) where a value is absent or null, and
+    # its reading of a bool (Ansible's own); a value that is no bool is the module's to refuse.
+    flags = {"built": True, "update_details": False}
+    try:
+        if any(boolean(default if args.get(name) is None else args[name]) for name, default in flags.items()):
+            return None
+    except TypeError:
         return None
     answer = unchanged(args, snap)
     if answer is None or set(args.get("files") or []) != set(answer["previous"]["files"]):
