@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from repo import tasks_in
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = Path("roles/stack/defaults/main/stack.yml")
@@ -19,13 +20,6 @@ SETUP = Path("playbooks/tasks/setup.yml")
 # The protocol's entry points (roles/stack/tasks/): a layer imports layer (query, then work), or query
 # and work with its own tasks between them (train), or record alone (preflight, which has no work).
 ENTRY_POINTS = ({"layer"}, {"query", "work"}, {"record"})
-
-
-def _tasks(tasks):
-    for task in tasks or []:
-        yield task
-        for key in ("block", "rescue", "always"):
-            yield from _tasks(task.get(key))
 
 
 def _load(repo: Path, path: Path):
@@ -46,7 +40,7 @@ def protocol_imports(repo: Path, role: str) -> set[str]:
     if not path.is_file():
         return set()
     found = set()
-    for task in _tasks(yaml.safe_load(path.read_text())):
+    for task in tasks_in(yaml.safe_load(path.read_text())):
         spec = task.get("ansible.builtin.import_role") or task.get("import_role")
         if isinstance(spec, dict) and spec.get("name") == "stack":
             found.add(spec.get("tasks_from", "main"))
@@ -90,7 +84,7 @@ def graph_problems(repo: Path) -> list[str]:
             problems.append("%s: its roles are %s; stack_layers gives the %s stage %s" % (path, have, stage, want))
     setup = [
         task["ansible.builtin.include_role"]["name"]
-        for task in _tasks(_load(repo, SETUP))
+        for task in tasks_in(_load(repo, SETUP))
         if "ansible.builtin.include_role" in task
     ]
     want = [layer["name"] for layer in layers if layer.get("stage") == "setup"]
@@ -130,7 +124,7 @@ def graph_problems(repo: Path) -> list[str]:
     for path in sorted((repo / "roles").glob("*/tasks/*.yml")):
         if path.parent.parent.name == "stack":
             continue
-        for task in _tasks(yaml.safe_load(path.read_text())):
+        for task in tasks_in(yaml.safe_load(path.read_text())):
             call = task.get("layer_state")
             if isinstance(call, dict) and call.get("state") != "building":
                 problems.append(
@@ -244,7 +238,7 @@ def test_the_protocol_imports_skip_the_stack_roles_argument_spec():
     load per layer, on every run, in the parse before the first task."""
     loud = []
     for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
-        for task in _tasks(yaml.safe_load(path.read_text())):
+        for task in tasks_in(yaml.safe_load(path.read_text())):
             spec = task.get("ansible.builtin.import_role") if isinstance(task, dict) else None
             if isinstance(spec, dict) and spec.get("name") == "stack" and "tasks_from" in spec:
                 if spec.get("rolespec_validate") is not False:

@@ -13,6 +13,7 @@ import yaml
 from conftest import run_play
 
 from playbook import run as run_playbook
+from repo import tasks_in
 
 REPO = Path(__file__).resolve().parents[2]
 # Where the plays take their run lock (each stage takes the host's).
@@ -164,8 +165,7 @@ def test_every_layer_role_answers_to_the_verify_tag():
             for role in play_.get("roles") or []:
                 tagged[role["role"]] = role.get("tags") or []
     # The setup stage's layers are included by the stages' shared setup; their tasks get the tags `apply` gives.
-    setup = yaml.safe_load((REPO / "playbooks" / "tasks" / "setup.yml").read_text())
-    for task in [task for entry in setup for task in [entry, *(entry.get("block") or [])]]:
+    for task in tasks_in(yaml.safe_load((REPO / "playbooks" / "tasks" / "setup.yml").read_text())):
         include = task.get("ansible.builtin.include_role")
         if include and include["name"] != "preflight":
             tagged[include["name"]] = (include.get("apply") or {}).get("tags") or []

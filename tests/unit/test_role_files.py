@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 from conftest import REPO
+from repo import tasks_in
 
 os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
 
@@ -54,7 +55,6 @@ ALLOWED_ESCAPES = {
 
 COPY_MODULES = {"copy": "files", "ansible.builtin.copy": "files"}
 TEMPLATE_MODULES = {"template": "templates", "ansible.builtin.template": "templates"}
-TASK_LISTS = ("block", "rescue", "always")
 
 
 def role_path_escapes(root: Path) -> list[tuple[str, str]]:
@@ -67,15 +67,6 @@ def role_path_escapes(root: Path) -> list[tuple[str, str]]:
             if ESCAPE.search(line):
                 found.append((str(path.relative_to(root)), line.strip()))
     return found
-
-
-def _tasks(items: Any) -> Iterator[dict]:
-    for task in items or []:
-        if not isinstance(task, dict):
-            continue
-        yield task
-        for key in TASK_LISTS:
-            yield from _tasks(task.get(key))
 
 
 def _trusted(value: Any) -> Any:
@@ -125,7 +116,7 @@ def copied_sources(root: Path) -> list[dict[str, Any]]:
     for role in sorted(p for p in (root / "roles").iterdir() if (p / "tasks").is_dir()):
         variables = _variables(root, role, loader)
         for task_file in sorted((role / "tasks").glob("*.yml")):
-            for task in _tasks(yaml.safe_load(task_file.read_text())):
+            for task in tasks_in(yaml.safe_load(task_file.read_text())):
                 for module, kind in {**COPY_MODULES, **TEMPLATE_MODULES}.items():
                     args = task.get(module)
                     if not isinstance(args, dict) or "src" not in args or args.get("remote_src"):

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from playbook import run as run_playbook
+from repo import tasks_in
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(
@@ -376,13 +377,6 @@ def test_layers_outside_the_play_are_not_judged_by_their_spec_defaults(tmp_path:
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def _tasks(tasks: list[dict[str, Any]] | None):
-    for task in tasks or []:
-        yield task
-        for key in ("block", "rescue", "always"):
-            yield from _tasks(task.get(key))
-
-
 @pytest.mark.parametrize(
     "role", [path for path in ROLES if (path / "vars" / "main.yml").is_file()], ids=lambda p: p.name
 )
@@ -393,7 +387,7 @@ def test_no_task_registers_over_a_var(role: Path) -> None:
     tasks = [
         (path, task)
         for path in sorted((role / "tasks").glob("*.yml"))
-        for task in _tasks(yaml.safe_load(path.read_text()))
+        for task in tasks_in(yaml.safe_load(path.read_text()))
     ]
     role_vars = set(yaml.safe_load((role / "vars" / "main.yml").read_text()) or {})
     role_vars |= {name for _, task in tasks for name in (task.get("vars") or {})}
