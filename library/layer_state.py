@@ -133,6 +133,14 @@ options:
         for a call outside them, checks nothing.
     type: path
     default: ""
+  os_facts:
+    description:
+      - With O(state=snapshot), also the facts the setup module gathers with C(gather_subset=distribution)
+        (C(distribution), C(distribution_version), C(distribution_major_version), C(distribution_release),
+        C(os_family), ...), gathered by Ansible's own collector for them, so that a run needs no setup call
+        before its first layer. Ignored with any other O(state).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - action_common_attributes
 attributes:
@@ -264,6 +272,14 @@ ansible_facts:
   type: dict
   returned: when O(state=query), O(state=present) or O(state=snapshot)
   contains:
+    ansible_distribution:
+      description:
+        - The OS, as the setup module names it (C(ansible_facts.distribution) in a play); with it the
+          other facts the setup module gathers with C(gather_subset=distribution)
+          (C(ansible_distribution_version), C(ansible_os_family), ...).
+      type: str
+      returned: when O(state=snapshot) and O(os_facts)
+      sample: Debian
     stack_layer_snapshot:
       description:
         - Every layer's record and the recorded files whose stat changed, read at once
@@ -477,6 +493,15 @@ def snapshot(state_dir: str, layers: list[str], run: str) -> dict[str, Any]:
     return dict(run=run, state_dir=state_dir, host_time=round(time.time(), 3), records=records, stale=stale)
 
 
+def os_release(module: AnsibleModule) -> dict[str, Any]:
+    """The setup module's distribution facts, from its own collector (imported here: only a run's first
+    snapshot asks, and the import is the largest part of the call), named as setup names them
+    (ansible_distribution: ansible_facts.distribution, and the variable where facts become variables)."""
+    from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+
+    return {"ansible_" + key: value for key, value in DistributionFactCollector().collect(module=module).items()}
+
+
 def new_fingerprint(name: str, inputs: dict[str, Any], deps: dict[str, str], when: str) -> str:
     payload = json.dumps({"name": name, "inputs": inputs, "requires": deps, "time": when}, sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
@@ -501,6 +526,7 @@ def main() -> None:
             verify=dict(type="raw", default=""),
             files=dict(type="list", elements="path", default=[]),
             lock_file=dict(type="path", default=""),
+            os_facts=dict(type="bool", default=False),
         ),
         required_if=[("state", "query", ["name"]), ("state", "building", ["name"]), ("state", "present", ["name"])],
         supports_check_mode=True,
@@ -511,9 +537,9 @@ def main() -> None:
     if refusal:
         module.fail_json(msg="layer %s: %s" % (p["name"] or "records", refusal))
     if p["state"] == "snapshot":
-        module.exit_json(
-            changed=False, ansible_facts={"stack_layer_snapshot": snapshot(p["state_dir"], p["layers"], p["run"])}
-        )
+        facts = os_release(module) if p["os_facts"] else {}
+        facts["stack_layer_snapshot"] = snapshot(p["state_dir"], p["layers"], p["run"])
+        module.exit_json(changed=False, ansible_facts=facts)
     name = p["name"]
     unknown = sorted({name, *p["requires"]} - set(p["layers"]))
     if unknown:

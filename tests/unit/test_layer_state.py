@@ -508,6 +508,29 @@ def test_a_snapshot_holds_each_record_and_the_stale_files_of_complete_ones(tmp_p
     assert result["changed"] is False and result["ansible_facts"]["stack_layer_snapshot"]["stale"] == snap["stale"]
 
 
+def test_a_snapshot_with_os_facts_brings_the_setup_modules_distribution_facts(tmp_path):
+    """The run's first snapshot stands in for the setup call (playbooks/tasks/setup.yml): the same facts
+    as gather_subset=distribution, by Ansible's own collector, which the module imports only when asked:
+    this runs through Ansible, so the collector must travel with the module. Broken cases: a fact
+    missing or other than setup's; the facts on a snapshot that did not ask (every stage's)."""
+    results = playbook_results(
+        tmp_path,
+        [
+            {"ansible.builtin.setup": {"gather_subset": ["!all", "!min", "distribution"]}},
+            {"layer_state": {"state": "snapshot", "os_facts": True}},
+            {"layer_state": {"state": "snapshot"}},
+        ],
+    )
+    setup = {
+        key: value for key, value in results[0]["ansible_facts"].items() if key not in ("gather_subset", "module_setup")
+    }
+    assert "ansible_distribution_major_version" in setup and "ansible_os_family" in setup
+    facts = dict(results[1]["ansible_facts"])
+    assert facts.pop("stack_layer_snapshot")["run"] == "run-a"
+    assert facts == setup
+    assert list(results[2]["ansible_facts"]) == ["stack_layer_snapshot"]
+
+
 def test_a_query_answers_from_the_record(tmp_path):
     first = state(tmp_path, name="cuda", inputs={"v": 1})
     assert (first["build"], first["rebuild"], first["probe"], first["reason"]) == (True, False, True, "absent")
