@@ -383,3 +383,42 @@ def test_the_role_passes_and_says_what_it_checked(tmp_path: Path):
     )
     assert done.returncode == 0, done.stdout[-3000:]
     assert re.search(r"GiB RAM \(training needs 1.0 GiB\); free disk checked for 1 path", " ".join(done.stdout.split()))
+
+
+def preflight_gpus(tmp_path: Path, script: str | None) -> str:
+    """The role's gpu.yml on localhost, nvidia-smi a script of the test's (None: a path with nothing
+    there); the play's output, one line per fact it sets."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    if script is not None:
+        smi.parent.mkdir()
+        smi.write_text("#!/bin/sh\n" + script)
+        smi.chmod(0o755)
+    play = {"vars": {"preflight_nvidia_smi": str(smi), "train_gpus": []}}
+    shared = {"name": "The shared values", "ansible.builtin.import_role": {"name": "stack"}}
+    task = {"name": "GPUs", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "gpu.yml"}}
+    said = {
+        "name": "Say",
+        "ansible.builtin.debug": {
+            "msg": "gpus={{ preflight_gpus | map(attribute='index') | join('+') }} p2p_ok={{ preflight_gpu_p2p.ok }}"
+        },
+    }
+    done = run_play(tmp_path, [shared, task, said], callback="default", **play)
+    return done.stdout + done.stderr
+
+
+def test_the_role_reads_the_gpus_through_a_terminals_line_ends_and_warnings(tmp_path: Path):
+    # Over SSH the raw call's output comes through a terminal: CR LF, and stderr in stdout.
+    two = "0, Tesla P40, 6.1, 24576, 580.105.08, 00000000:3B:00.0\\r\\n1, Tesla P40, 6.1, 24576, 580.105.08, 00000000:5E:00.0\\r\\n"
+    topo = " \\tGPU0\\tGPU1\\r\\nGPU0\\tX\\tCNS\\r\\nGPU1\\tCNS\\tX\\r\\n"
+    script = (
+        'if [ "$1" = topo ]; then printf "%s"; else echo "WARNING: infoROM is corrupted at gpu 0000:3B:00.0"; printf "%s"; fi\n'
+        % (topo, two)
+    )
+    out = " ".join(preflight_gpus(tmp_path, script).split())
+    assert "gpus=0+1 p2p_ok=False" in out, out[-3000:]
+    assert "not available (GPU 0 - GPU 1: CNS (Chipset not supported)" in out
+
+
+def test_the_role_says_a_missing_nvidia_smi_is_not_installed(tmp_path: Path):
+    out = " ".join(preflight_gpus(tmp_path, None).split())
+    assert "nvidia-smi is not installed" in out, out[-3000:]
