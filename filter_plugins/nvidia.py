@@ -16,6 +16,7 @@ import shlex
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.compat.version import LooseVersion
 
 # The order of the columns that nvidia_smi_gpus expects.
 QUERY_FIELDS = ("index", "name", "compute_cap", "memory.total", "driver_version", "pci.bus_id")
@@ -372,6 +373,16 @@ def gpu_summary(gpus: list[dict[str, Any]]) -> str:
     return f"{kinds}, driver {drivers}"
 
 
+def gpus_on_old_drivers(gpus: list[dict[str, Any]], minimum: str) -> list[str]:
+    """One phrase per GPU whose driver is older than ``minimum``, e.g. 'GPU 0 (Tesla P40) runs driver
+    470.256.02'; [] when every one is new enough. Versions compare as Ansible's version test does."""
+    return [
+        f"GPU {gpu['index']} ({gpu['name']}) runs driver {gpu['driver_version']}"
+        for gpu in gpus
+        if LooseVersion(str(gpu["driver_version"])) < LooseVersion(str(minimum))
+    ]
+
+
 def _as_text(text: Any, filter_name: str) -> str:
     if not isinstance(text, str):
         raise AnsibleFilterError(
@@ -393,6 +404,7 @@ class FilterModule:
             "gpu_summary": gpu_summary,
             "gpu_cuda_arch_list": gpu_cuda_arch_list,
             "gpus_picked": gpus_picked,
+            "gpus_on_old_drivers": gpus_on_old_drivers,
             "nvidia_smi_p2p_query": nvidia_smi_p2p_query,
             "nvidia_smi_p2p": nvidia_smi_p2p,
         }

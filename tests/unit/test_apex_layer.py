@@ -106,7 +106,14 @@ def arch_list(tmp_path: Path, sample: str | None, **extra: object) -> str:
     smi = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
     gpus = "{{ __smi | nvidia_smi_gpus }}"
     play = {
-        "vars": {"__smi": smi, "preflight_gpus": gpus, "preflight_gpus_found": gpus, **extra},
+        # What gpu.yml hands over: the GPUs, and a peer-to-peer query that failed (profile.yml reads it).
+        "vars": {
+            "__smi": smi,
+            "preflight_gpus": gpus,
+            "preflight_gpus_found": gpus,
+            "__preflight_topo": {"rc": 1, "stdout": "", "stderr": "not asked"},
+            **extra,
+        },
         "pre_tasks": [
             {
                 "name": "Preflight's profile",

@@ -409,12 +409,29 @@ def test_summary_without_gpu() -> None:
     assert nvidia.gpu_summary([]) == "no NVIDIA GPU"
 
 
+def test_gpus_on_old_drivers_names_each_one_below_the_minimum() -> None:
+    gpus = [
+        {"index": 0, "name": "Tesla P40", "driver_version": "470.256.02"},
+        {"index": 1, "name": "Tesla P40", "driver_version": "520.61.05"},
+        {"index": 2, "name": "Tesla P100", "driver_version": "520.61.4"},
+        {"index": 3, "name": "Tesla P4", "driver_version": "580.105.08"},
+    ]
+    # 520.61.4 < 520.61.05 as numbers, not as text (the version test's reading).
+    assert nvidia.gpus_on_old_drivers(gpus, "520.61.05") == [
+        "GPU 0 (Tesla P40) runs driver 470.256.02",
+        "GPU 2 (Tesla P100) runs driver 520.61.4",
+    ]
+    assert nvidia.gpus_on_old_drivers(gpus[1:2] + gpus[3:], "520.61.05") == []
+    assert nvidia.gpus_on_old_drivers([], "520.61.05") == []
+
+
 # --- through Ansible ---------------------------------------------------------
 
 
 def test_filter_module_lists_the_filters() -> None:
     assert set(nvidia.FilterModule().filters()) == {
         "gpus_picked",
+        "gpus_on_old_drivers",
         "nvidia_smi_p2p",
         "nvidia_smi_p2p_query",
         "nvidia_smi_query",

@@ -385,24 +385,25 @@ def test_the_role_passes_and_says_what_it_checked(tmp_path: Path):
     assert re.search(r"GiB RAM \(training needs 1.0 GiB\); free disk checked for 1 path", " ".join(done.stdout.split()))
 
 
-def preflight_gpus(tmp_path: Path, script: str | None) -> str:
-    """The role's gpu.yml on localhost, nvidia-smi a script of the test's (None: a path with nothing
-    there); the play's output, one line per fact it sets."""
+def preflight_gpus(tmp_path: Path, script: str | None, **variables: Any) -> str:
+    """The role's gpu.yml and profile.yml on localhost, nvidia-smi a script of the test's (None: a path
+    with nothing there); the play's output."""
     smi = tmp_path / "bin" / "nvidia-smi"
     if script is not None:
-        smi.parent.mkdir()
+        smi.parent.mkdir(parents=True)
         smi.write_text("#!/bin/sh\n" + script)
         smi.chmod(0o755)
-    play = {"vars": {"preflight_nvidia_smi": str(smi), "train_gpus": []}}
+    play = {"vars": {"preflight_nvidia_smi": str(smi), "train_gpus": [], **variables}}
     shared = {"name": "The shared values", "ansible.builtin.import_role": {"name": "stack"}}
     task = {"name": "GPUs", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "gpu.yml"}}
+    profile = {"name": "Profile", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "profile.yml"}}
     said = {
         "name": "Say",
         "ansible.builtin.debug": {
-            "msg": "gpus={{ preflight_gpus | map(attribute='index') | join('+') }} p2p_ok={{ preflight_gpu_p2p.ok }}"
+            "msg": "gpus={{ preflight_gpus | map(attribute='index') | join('+') }} p2p_ok={{ preflight_gpu_p2p.ok | default('-') }}"
         },
     }
-    done = run_play(tmp_path, [shared, task, said], callback="default", **play)
+    done = run_play(tmp_path, [shared, task, profile, said], callback="default", **play)
     return done.stdout + done.stderr
 
 
@@ -422,3 +423,42 @@ def test_the_role_reads_the_gpus_through_a_terminals_line_ends_and_warnings(tmp_
 def test_the_role_says_a_missing_nvidia_smi_is_not_installed(tmp_path: Path):
     out = " ".join(preflight_gpus(tmp_path, None).split())
     assert "nvidia-smi is not installed" in out, out[-3000:]
+
+
+def test_the_role_names_each_gpu_whose_driver_is_too_old_and_passes_a_new_one(tmp_path: Path):
+    line = "%s, Tesla P40, 6.1, 24576, {}, 00000000:%s:00.0"
+    lines = [line % ("0", "3B"), line % ("1", "5E")]
+    topo = 'if [ "$1" = topo ]; then printf " GPU0 GPU1\\nGPU0 X OK\\nGPU1 OK X\\n"; exit 0; fi\n'
+    old = topo + "printf '%s\\n'\n" % "\\n".join(lines).format("470.256.02", "580.105.08")
+    out = " ".join(preflight_gpus(tmp_path, old, preflight_require_gpu=True).split())
+    assert "GPU 0 (Tesla P40) runs driver 470.256.02; CUDA 11.8 needs 520.61.05 or newer" in out, out[-3000:]
+    assert "GPU 1 (Tesla P40) runs driver" not in out
+    new = topo + "printf '%s\\n'\n" % "\\n".join(lines).format("580.105.08", "580.105.08")
+    out = " ".join(preflight_gpus(tmp_path / "new", new, preflight_require_gpu=True).split())
+    assert "gpus=0+1 p2p_ok=True" in out and "runs driver" not in out, out[-3000:]
+    assert "peer-to-peer: every pair of the 2 GPUs reaches each other" in out
+
+
+def test_the_role_stops_without_a_gpu_when_one_is_required(tmp_path: Path):
+    out = " ".join(preflight_gpus(tmp_path, "exit 0\n", preflight_require_gpu=True).split())
+    assert "No usable NVIDIA GPU: nvidia-smi lists no GPU" in out and "preflight_require_gpu: false" in out, out[-3000:]
+    out = " ".join(preflight_gpus(tmp_path / "optional", "exit 0\n", preflight_require_gpu=False).split())
+    assert "gpus= p2p_ok=-" in out and "No usable" not in out, out[-3000:]
+
+
+def test_the_role_names_every_launcher_variable_name_that_is_no_name(tmp_path: Path):
+    """launcher_env.yml: train_extra_env's names and each GPU profile's env names, in one check that
+    names every bad one (train.env exports them unquoted)."""
+    profiles = {"pascal": {"env": {"OK": "1"}}, "mine": {"env": {"X=1;touch /tmp/p;Y": "1"}}}
+    play = {"vars": {"train_extra_env": {"OK": "1", "A B": "2"}, "stack_gpu_profiles": profiles}}
+    task = {"name": "Names", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "launcher_env.yml"}}
+    done = run_play(tmp_path, [task], callback="default", **play)
+    said = " ".join(done.stdout.split())
+    assert done.returncode != 0
+    assert (
+        "train_extra_env: 'A B' is not" in said and "stack_gpu_profiles.mine.env: 'X=1;touch /tmp/p;Y' is not" in said
+    ), said[-3000:]
+    assert "nothing was changed on the host" in said
+    play["vars"]["train_extra_env"] = {"OK": "1"}
+    del profiles["mine"]
+    assert run_play(tmp_path, [task], callback="default", **play).returncode == 0
