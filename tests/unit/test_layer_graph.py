@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from repo import stage_layers, tasks_in
+from repo import tasks_in
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = Path("roles/stack/defaults/main/stack.yml")
@@ -47,12 +47,10 @@ def protocol_imports(repo: Path, role: str) -> set[str]:
     return found
 
 
-def stage_entries(repo: Path, stage: str) -> list[dict]:
-    return stage_layers(_load(repo, Path("playbooks") / (stage + ".yml")))
-
-
 def stage_roles(repo: Path, stage: str) -> list[str]:
-    return [role["role"] for role in stage_entries(repo, stage)]
+    return [
+        role["role"] for play in _load(repo, Path("playbooks") / (stage + ".yml")) for role in play.get("roles") or []
+    ]
 
 
 def graph_problems(repo: Path) -> list[str]:
@@ -84,14 +82,6 @@ def graph_problems(repo: Path) -> list[str]:
         have = stage_roles(repo, stage)
         if have != want:
             problems.append("%s: its roles are %s; stack_layers gives the %s stage %s" % (path, have, stage, want))
-        # Preflight checked every layer's inputs against its spec (layer_specs.yml); a role's own check
-        # repeats it on every run.
-        loud = [role["role"] for role in stage_entries(repo, stage) if role.get("rolespec_validate") is not False]
-        if loud:
-            problems.append(
-                "%s: the roles %s would check their arguments again; give them rolespec_validate: false (preflight did)"
-                % (path, ", ".join(loud))
-            )
     setup = [
         task["ansible.builtin.include_role"]["name"]
         for task in tasks_in(_load(repo, SETUP))
@@ -212,12 +202,7 @@ def test_a_layer_missing_from_stack_layers_names_the_files(copy):
 
 
 def test_a_layer_missing_from_its_stage_names_the_playbook(copy):
-    _edit(
-        copy / "playbooks/python.yml",
-        "    - name: Layer patch\n      ansible.builtin.import_role:\n        name: patch\n        rolespec_validate: false\n"
-        "      tags: [patch, verify]\n",
-        "",
-    )
+    _edit(copy / "playbooks/python.yml", "    - role: patch\n      tags: [patch, verify]\n", "")
     assert graph_problems(copy) == [
         "playbooks/python.yml: its roles are %s; stack_layers gives the python stage %s"
         % (["conda", "torch", "apex", "verl", "vllm"], ["conda", "torch", "apex", "verl", "patch", "vllm"])
@@ -226,27 +211,11 @@ def test_a_layer_missing_from_its_stage_names_the_playbook(copy):
 
 def test_a_stage_out_of_order_names_the_playbook(copy):
     text = (copy / "playbooks/train.yml").read_text()
-    data, model = (
-        "    - name: Layer %s\n      ansible.builtin.import_role:\n        name: %s\n        rolespec_validate: false\n"
-        "      tags: [%s, verify]\n" % (name, name, name)
-        for name in ("data", "model")
-    )
+    data, model = "    - role: data\n      tags: [data, verify]\n", "    - role: model\n      tags: [model, verify]\n"
     (copy / "playbooks/train.yml").write_text(text.replace(data + model, model + data))
     assert graph_problems(copy) == [
         "playbooks/train.yml: its roles are %s; stack_layers gives the train stage %s"
         % (["ray", "model", "data", "train"], ["ray", "data", "model", "train"])
-    ]
-
-
-def test_a_stage_role_that_checks_its_arguments_again_names_the_playbook(copy):
-    _edit(
-        copy / "playbooks/python.yml",
-        "name: torch\n        rolespec_validate: false\n",
-        "name: torch\n",
-    )
-    assert graph_problems(copy) == [
-        "playbooks/python.yml: the roles torch would check their arguments again; give them rolespec_validate: false"
-        " (preflight did)"
     ]
 
 
