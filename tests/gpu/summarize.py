@@ -164,6 +164,10 @@ def memory(args: argparse.Namespace) -> int:
     clones = [line for line in short if CLONE_WARNING in line]
     if clones:
         print(f"clone() out of memory in a checkpoint's state_dict, kept by FSDP (a warning): {len(clones)} line(s)")
+        # With one process the kept tensor is the whole parameter; with more, a shard FSDP frees after
+        # the call: the fallback is not known to be safe there (docs/memory.md).
+        if len({cap["pid"] for cap in caps}) > 1:
+            problems.append("clone() fell back to the parameter itself with more than one GPU process")
     if len(short) > len(clones):
         problems.append("the log reports CUDA out of memory")
     for problem in problems:
