@@ -286,7 +286,8 @@ def validation_lines(profile: dict[str, Any]) -> list[str]:
 
 
 def preflight_gpu_vars(smi: Path, topo: Path | None, pick: list[Any]) -> dict[str, Any]:
-    """What preflight sets from a host's nvidia-smi output (roles/preflight/tasks/gpu.yml), by the same filters."""
+    """What preflight sets from a host's nvidia-smi output (roles/preflight/tasks/gpu.yml and profile.yml), by the same
+    filters."""
     gpus = gpus_picked(nvidia_smi_gpus(smi.read_text()), pick)
     found: dict[str, Any] = {"preflight_gpus": gpus}
     if len(gpus) > 1 and topo:
