@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -378,3 +379,38 @@ def test_summary_names_gpus_without_peer_to_peer():
     rows = stack_summary({}, ["cuda"], {"checked": True, "ok": False, "blocked": ["GPU0-GPU1"]})
     assert "no peer-to-peer (GPU0-GPU1):" in rows[-1]
     assert len(stack_summary({}, ["cuda"], {"checked": False, "ok": None, "blocked": []})) == 1
+
+
+def test_a_file_seeded_in_the_controller_cache_keeps_its_mode(tmp_path):
+    """stack_artifact through the controller (the air-gapped path): a file the user put in
+    stack_controller_cache_dir is verified and copied to the host, and left as the user had it.
+    Broken case: the controller's download set mode 0644 on it, so a runfile seeded there with its
+    execute bit lost it (the CUDA stand-in, which the fault tests seed this way, did)."""
+    from conftest import run_play
+
+    controller, host = tmp_path / "controller-cache", tmp_path / "host-cache"
+    controller.mkdir()
+    seeded = controller / "installer.run"
+    seeded.write_text("#!/bin/sh\necho stand-in\n")
+    seeded.chmod(0o750)
+    sha256 = hashlib.sha256(seeded.read_bytes()).hexdigest()
+    entry = {"file": seeded.name, "sha256": sha256, "size": seeded.stat().st_size}
+    play = {
+        "vars": {
+            "stack_controller_cache_dir": str(controller),
+            "stack_cache_dir": str(host),
+            # Nothing listens here: the seeded file must be all the run needs.
+            "stack_mirror_url": "http://127.0.0.1:9",
+            "stack_artifact_overrides": {"cuda_runfile": entry},
+        }
+    }
+    shared = {"name": "The shared values", "ansible.builtin.import_role": {"name": "stack"}}
+    fetch = {
+        "name": "Fetch",
+        "ansible.builtin.include_role": {"name": "stack_artifact"},
+        "vars": {"stack_artifact_key": "cuda_runfile"},
+    }
+    done = run_play(tmp_path, [shared, fetch], callback="default", **play)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert (host / seeded.name).read_bytes() == seeded.read_bytes()
+    assert oct(seeded.stat().st_mode & 0o7777) == oct(0o750)
