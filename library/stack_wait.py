@@ -38,7 +38,9 @@ options:
     type: str
     default: ""
   every:
-    description: Seconds between two progress lines (the job is polled every 5 seconds or less).
+    description: >-
+      Seconds between two progress lines (the job is looked at 0.5, 1.5, 3.5 and 7.5 seconds after the
+      start, then every 5 seconds or less).
     type: int
     default: 30
   timeout:

@@ -409,9 +409,7 @@ def test_installer_failing_half_way_is_redone(host):
     # This time through the controller's cache (as air-gapped users pre-seed it); the mirror is unreachable.
     # CUDA alone: cuDNN's archive (1.1 GB unpacked) would take a minute of this lane to copy and unpack
     # through the same artifact tasks; the default scenario and Debian 11 build cuDNN from the mirror.
-    run = host.play(
-        "--tags", "cuda", stack_controller_cache_dir=str(STANDINS), stack_mirror_url="http://127.0.0.1:9"
-    )
+    run = host.play("--tags", "cuda", stack_controller_cache_dir=str(STANDINS), stack_mirror_url="http://127.0.0.1:9")
     assert run.returncode == 0, run.output[-3000:]
     assert host.state("cuda")["status"] == "complete"
     assert host.state("cudnn") == {}
