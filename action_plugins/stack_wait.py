@@ -13,10 +13,10 @@ from ansible.utils.display import Display
 
 display = Display()
 
-# How often the job's status file is read: FIRST seconds after the first look, then twice as long
-# each time up to POLL (never longer than `every`), so that a job of a second or two (pip on a host
-# that has what it asks for) is seen done about a second after it ends, not up to 5 s later, and a
-# long one costs three looks more. Progress lines come every `every` seconds.
+# When the job's status file is read: FIRST seconds after the start (a job just started is not done),
+# then twice as long after each look up to POLL (never longer than `every`): 0.5, 1.5, 3.5, 7.5 s,
+# then every 5 s. A job of a second or two (pip on a host that has what it asks for) is seen done
+# a second or two after it ends, not up to 5 s later. Progress lines come every `every` seconds.
 FIRST = 0.5
 POLL = 5
 ARGS = {
@@ -106,6 +106,8 @@ class ActionModule(ActionBase):
         lines: list[str] = []
         pause = FIRST
         while True:
+            time.sleep(min(pause, POLL, args["every"]))
+            pause *= 2
             status = self._status(args["jid"], task_vars)
             if status.get("finished") or status.get("failed"):
                 break
@@ -123,8 +125,6 @@ class ActionModule(ActionBase):
                 lines.append(line)
                 # On stderr: a terminal shows it, and stdout stays what the callback prints (json).
                 display.display("  %s | %s" % (host, line) if host else "  " + line, stderr=True)
-            time.sleep(min(pause, POLL, args["every"]))
-            pause *= 2
         self._status(args["jid"], task_vars, mode="cleanup")
         self._wrapper_gone(args["jid"], task_vars)
         result.update({key: status[key] for key in RESULT_KEYS if key in status})

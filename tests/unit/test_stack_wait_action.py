@@ -138,9 +138,9 @@ def test_a_line_every_every_seconds_on_stderr_with_the_host_label_time_size_and_
         return {"rc": 0, "stdout": ""}
 
     args = {"label": "CUDA", "every": 10, "size_of": "/srv/cuda.run.part", "log": "/var/log/cuda.log"}
-    w = wait(monkeypatch, args, [RUNNING] * 10 + [done(rc=0)], answer=host)
+    w = wait(monkeypatch, args, [RUNNING] * 9 + [done(rc=0)], answer=host)
     result = w.run()
-    # Looks 0.5, 1, 2 and 4 s apart, then every 5 s (every is longer); a line at the first look once
+    # Looks at 0.5, 1.5, 3.5 and 7.5 s, then every 5 s (every is longer); a line at the first look once
     # 10 s have passed since the last one: at 12.5, 22.5 and 32.5 s.
     assert w.clock.sleeps == [0.5, 1, 2, 4] + [5] * 6
     assert w.screen.lines == [
@@ -158,33 +158,33 @@ def test_a_line_every_every_seconds_on_stderr_with_the_host_label_time_size_and_
 
 
 def test_an_every_shorter_than_the_poll_caps_the_poll(monkeypatch):
-    w = wait(monkeypatch, {"label": "Apex", "every": 3}, [RUNNING] * 6 + [done(rc=0)])
+    w = wait(monkeypatch, {"label": "Apex", "every": 3}, [RUNNING] * 5 + [done(rc=0)])
     assert w.run()["progress"] == ["Apex: 3s", "Apex: 6s", "Apex: 9s"]
     assert w.clock.sleeps == [0.5, 1, 2, 3, 3, 3]
 
 
 def test_every_one_second_is_allowed(monkeypatch):
-    w = wait(monkeypatch, {"label": "Apex", "every": 1}, [RUNNING] * 4 + [done(rc=0)])
+    w = wait(monkeypatch, {"label": "Apex", "every": 1}, [RUNNING] * 3 + [done(rc=0)])
     assert w.run()["progress"] == ["Apex: 1s", "Apex: 2s"]
     assert w.clock.sleeps == [0.5, 1, 1, 1]
 
 
 @pytest.mark.parametrize(
-    "lag, looks, lines", [(0, 16, ["Apex: 32s", "Apex: 1m02s"]), (0.8, 15, ["Apex: 34s", "Apex: 1m09s"])]
+    "lag, looks, lines", [(0, 15, ["Apex: 32s", "Apex: 1m02s"]), (0.8, 14, ["Apex: 33s", "Apex: 1m08s"])]
 )
 def test_by_default_a_line_every_30_seconds_and_no_timeout(monkeypatch, lag, looks, lines):
-    """Looks 0.5, 1, 2, 4 s apart, then 5 s: at 7.5 s, 12.5 s..., a line at 32.5 s and at 62.5 s. A look
-    at the job that takes 0.8 s: the looks come 5.8 s apart, and a line only once 30 s have passed
-    since the last (at 63.7 s, 29 s after the line at 34.7 s, is not yet)."""
+    """Looks at 0.5, 1.5, 3.5, 7.5 s, then 5 s apart: a line at 32.5 s and at 62.5 s. A look at the job
+    that takes 0.8 s: the looks come 5.8 s apart, and a line only once 30 s have passed since the
+    last (at 62.9 s, 29 s after the line at 33.9 s, is not yet)."""
     w = wait(monkeypatch, {"label": "Apex"}, [RUNNING] * looks + [done(rc=0)], lag=lag)
     assert w.run()["progress"] == lines
-    assert w.clock.sleeps == [0.5, 1, 2, 4] + [5] * (looks - 4)
+    assert w.clock.sleeps == [0.5, 1, 2, 4] + [5] * (looks - 3)
 
 
 def test_a_short_job_is_seen_done_within_a_second_or_two(monkeypatch):
-    """pip with nothing to fetch, a small unpack: the looks come 0.5, 1 and 2 s apart at first, so a
-    job of two seconds is seen done at 3.5 s (a look every 5 s saw it at 5 s, one of 5.5 s at 10 s)."""
-    w = wait(monkeypatch, {"label": "Pip"}, [RUNNING] * 3 + [done(rc=0)])
+    """pip with nothing to fetch, a small unpack: the first looks come at 0.5, 1.5 and 3.5 s, so a job
+    of two seconds is seen done at 3.5 s (a look every 5 s saw it at 5 s, one of 5.5 s at 10 s)."""
+    w = wait(monkeypatch, {"label": "Pip"}, [RUNNING] * 2 + [done(rc=0)])
     assert w.run()["seconds"] == 3.5
     assert w.clock.sleeps == [0.5, 1, 2]
 
@@ -196,11 +196,11 @@ def test_a_long_wait_without_a_timeout_goes_on(monkeypatch):
 
 
 def test_the_label_is_the_task_s_name_when_empty_and_no_host_no_host_part(monkeypatch):
-    # Looks at 0, 0.5, 1.5, 3.5 and 7.5 s: a line at 7.5 s.
-    w = wait(monkeypatch, {"every": 5}, [RUNNING] * 5 + [done(rc=0)], name="apex : Build Apex")
+    # Looks at 0.5, 1.5, 3.5 and 7.5 s: a line at 7.5 s.
+    w = wait(monkeypatch, {"every": 5}, [RUNNING] * 4 + [done(rc=0)], name="apex : Build Apex")
     assert w.run(task_vars={})["progress"] == ["apex : Build Apex: 7s"]
     assert w.screen.lines == ["  apex : Build Apex: 7s"]
-    w = wait(monkeypatch, {"every": 5, "label": "Apex"}, [RUNNING] * 5 + [done(rc=0)], name="apex : Build Apex")
+    w = wait(monkeypatch, {"every": 5, "label": "Apex"}, [RUNNING] * 4 + [done(rc=0)], name="apex : Build Apex")
     assert w.action.run(task_vars=None)["progress"] == ["Apex: 7s"]
     assert w.screen.lines == ["  Apex: 7s"]
 
@@ -211,7 +211,7 @@ def test_a_size_or_log_the_host_cannot_read_yet_shows_0_b_and_no_line(monkeypatc
     w = wait(
         monkeypatch,
         {"label": "Torch", "every": 5, "size_of": "/srv/torch.whl", "log": "/var/log/pip.log"},
-        [RUNNING] * 5 + [done(rc=0)],
+        [RUNNING] * 4 + [done(rc=0)],
         answer=lambda argv: {"rc": 1, "stdout": "12345\tpartial\n", "stderr": "No such file"},
     )
     assert w.run()["progress"] == ["Torch: 7s, 0 B"]
@@ -221,14 +221,14 @@ def test_an_empty_size_and_a_log_of_blank_lines(monkeypatch):
     w = wait(
         monkeypatch,
         {"label": "Torch", "every": 5, "size_of": "/srv/torch.whl", "log": "/var/log/pip.log"},
-        [RUNNING] * 5 + [done(rc=0)],
+        [RUNNING] * 4 + [done(rc=0)],
         answer=lambda argv: {"rc": 0, "stdout": "\n  \n\n"},
     )
     assert w.run()["progress"] == ["Torch: 7s, 0 B"]
 
 
 def test_no_size_of_and_no_log_runs_nothing_on_the_host_for_a_line(monkeypatch):
-    w = wait(monkeypatch, {"label": "Apex", "every": 5}, [RUNNING] * 5 + [done(rc=0)])
+    w = wait(monkeypatch, {"label": "Apex", "every": 5}, [RUNNING] * 4 + [done(rc=0)])
     assert w.run()["progress"] == ["Apex: 7s"]
     assert [argv[0] for argv in w.commands] == ["sh"]
 
@@ -302,14 +302,14 @@ def test_the_result_is_the_job_s_own_and_nothing_else_of_its_status_file(monkeyp
         "msg": "",
     }
     forged = {"ansible_facts": {"stack_user": "root"}, "_ansible_no_log": False, "invocation": {}, "changed": True}
-    w = wait(monkeypatch, {"label": "Apex", "every": 5}, [RUNNING] * 5 + [done(**job, **forged)], lag=0.04)
+    w = wait(monkeypatch, {"label": "Apex", "every": 5}, [RUNNING] * 4 + [done(**job, **forged)], lag=0.04)
     result = w.run()
     assert result == dict(job, changed=True, seconds=12.7, progress=["Apex: 7s"])
 
 
 def test_the_seconds_are_the_whole_wait_to_a_tenth(monkeypatch):
-    # Three looks of 0.04 s and sleeps of 0.5 and 1 s: 1.62 s.
-    w = wait(monkeypatch, {"every": 30}, [RUNNING, RUNNING, done(rc=0, changed=False)], lag=0.04)
+    # Sleeps of 0.5 and 1 s and two looks of 0.04 s: 1.58 s.
+    w = wait(monkeypatch, {"every": 30}, [RUNNING, done(rc=0, changed=False)], lag=0.04)
     result = w.run()
     assert result["seconds"] == 1.6 and result["changed"] is False and result["progress"] == []
 
@@ -383,7 +383,7 @@ def test_the_timeout_fails_once_passed_and_says_the_job_goes_on(monkeypatch):
     assert str(failed.value) == (
         "Install: still running after 12s (stack_wait timeout 10 s); the job %s goes on on the host" % JID
     )
-    assert w.calls == ["status"] * 6
+    assert w.calls == ["status"] * 5
 
 
 def test_a_job_that_ends_within_the_timeout_is_its_result(monkeypatch):
