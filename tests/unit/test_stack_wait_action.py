@@ -386,6 +386,16 @@ def test_the_timeout_fails_once_passed_and_says_the_job_goes_on(monkeypatch):
     assert w.calls == ["status"] * 5
 
 
+def test_a_look_exactly_at_the_timeout_still_waits(monkeypatch):
+    """Looks that take 0.5 s each come at 1, 2.5, 5 and 9.5 s: timeout 5 fails at the look after 5 s,
+    not at the one that finds exactly 5 s gone."""
+    w = wait(monkeypatch, {"label": "Install", "timeout": 5}, [RUNNING] * 10, lag=0.5)
+    with pytest.raises(ACTION.AnsibleActionFail) as failed:
+        w.run()
+    assert "still running after 9s (stack_wait timeout 5 s)" in str(failed.value)
+    assert w.calls == ["status"] * 4
+
+
 def test_a_job_that_ends_within_the_timeout_is_its_result(monkeypatch):
     w = wait(monkeypatch, {"label": "Install", "timeout": 10}, [RUNNING, RUNNING, done(rc=0)])
     assert w.run()["rc"] == 0
