@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
+from conftest import run_play
 
 import disk_space
 from stack import (
@@ -386,8 +387,6 @@ def test_a_file_seeded_in_the_controller_cache_keeps_its_mode(tmp_path):
     stack_controller_cache_dir is verified and copied to the host, and left as the user had it.
     Broken case: the controller's download set mode 0644 on it, so a runfile seeded there with its
     execute bit lost it (the CUDA stand-in, which the fault tests seed this way, did)."""
-    from conftest import run_play
-
     controller, host = tmp_path / "controller-cache", tmp_path / "host-cache"
     controller.mkdir()
     seeded = controller / "installer.run"
