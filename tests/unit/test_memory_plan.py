@@ -328,6 +328,30 @@ def test_on_one_gpu_the_checkpoint_save_needs_half_a_gib_and_gets_by_with_none()
     assert compare.rstrip().endswith("frozen weights: the same in both saves")
 
 
+def test_on_one_gpu_3bs_save_needs_no_headroom_either():
+    """docs/memory.md, "What a checkpoint's save needs": 3B's LoRA checkpoint (preset qwen3b-grpo-lora,
+    batch 16, one step) saved with its allocator capped at what it started with. The save completes,
+    FSDP keeping the weights it cannot clone, and every saved frozen weight equals the initial model's
+    (tests/gpu/compare_checkpoints.py --initial)."""
+    (save,) = [
+        json.loads(line)
+        for line in (RESULTS / "save3b-cap-22gib-calls.jsonl").read_text().splitlines()
+        if '"actor (checkpoint)"' in line
+    ]
+    assert save["save_headroom_gib"] == 0.0 and "error" not in save
+    assert save["clone_failures"] > 0 and save["peak_allocated_gib"] - save["before_gib"] < 0.1
+    summary = (RESULTS / "save3b-cap-22gib-summary.txt").read_text()
+    assert "steps logged: [1]" in summary and "train.sh exit status 0" in summary
+    assert "memory: FITS under 22.0 GiB per process" in summary and "Saved LoRA adapter to:" in summary
+    sizes = dict(line.rsplit(" ", 1) for line in summary.splitlines() if line.startswith("gsm8k-grpo-lora-pascal/"))
+    actor = "gsm8k-grpo-lora-pascal/global_step_1/actor/"
+    assert int(sizes[actor + "model_world_size_1_rank_0.pt"]) > 3085938688 * 4  # every fp32 weight
+    compare = (RESULTS / "save3b-cap-22gib-compare.txt").read_text()
+    assert "frozen (base model): 435 tensors, 435 equal, 0 differ, 0 missing from one file, 0 with NaN" in compare
+    assert "frozen weights: the same in the save and the initial model" in compare
+    assert compare.rstrip().endswith("compare_checkpoints.py exit status 0")
+
+
 # -- the terms, exactly as the module docstring states them --------------------
 #
 # Small made-up shapes, so that each side of every max() can be made the larger one: grouped-query
