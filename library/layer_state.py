@@ -135,10 +135,11 @@ options:
     default: ""
   os_facts:
     description:
-      - With O(state=snapshot), also the facts the setup module gathers with C(gather_subset=distribution)
-        (C(distribution), C(distribution_version), C(distribution_major_version), C(distribution_release),
-        C(os_family), ...), gathered by Ansible's own collector for them, so that a run needs no setup call
-        before its first layer. Ignored with any other O(state).
+      - With O(state=snapshot), also the OS release facts the layers read (C(distribution),
+        C(distribution_version), C(distribution_major_version), C(distribution_release)), as the setup module
+        gathers them with C(gather_subset=distribution), so that a run needs no setup call before its first
+        layer. Not setup's other facts (C(os_family), the release file's path, ...). Ignored with any other
+        O(state).
     type: bool
     default: false
 extends_documentation_fragment:
@@ -274,9 +275,9 @@ ansible_facts:
   contains:
     ansible_distribution:
       description:
-        - The OS, as the setup module names it (C(ansible_facts.distribution) in a play); with it the
-          other facts the setup module gathers with C(gather_subset=distribution)
-          (C(ansible_distribution_version), C(ansible_os_family), ...).
+        - The OS, as the setup module names it (C(ansible_facts.distribution) in a play); with it
+          C(ansible_distribution_version), C(ansible_distribution_major_version) and
+          C(ansible_distribution_release), as setup gathers them.
       type: str
       returned: when O(state=snapshot) and O(os_facts)
       sample: Debian
@@ -393,6 +394,7 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.sys_info import get_distribution, get_distribution_codename, get_distribution_version
 from ansible.module_utils.stack_files import atomic_write
 from ansible.module_utils.stack_layer import decide, outcome, parse_rebuild, query_facts, required_view, verdict
 from ansible.module_utils.stack_lock import read_lock
@@ -493,13 +495,20 @@ def snapshot(state_dir: str, layers: list[str], run: str) -> dict[str, Any]:
     return dict(run=run, state_dir=state_dir, host_time=round(time.time(), 3), records=records, stale=stale)
 
 
-def os_release(module: AnsibleModule) -> dict[str, Any]:
-    """The setup module's distribution facts, from its own collector (imported here: only a run's first
-    snapshot asks, and the import is the largest part of the call), named as setup names them
-    (ansible_distribution: ansible_facts.distribution, and the variable where facts become variables)."""
-    from ansible.module_utils.facts.system.distribution import DistributionFactCollector
-
-    return {"ansible_" + key: value for key, value in DistributionFactCollector().collect(module=module).items()}
+def os_release() -> dict[str, Any]:
+    """The OS release facts the layers read, named as the setup module names them (ansible_distribution is
+    ansible_facts.distribution in a play, and the variable where facts become variables), from the functions
+    its distribution collector starts from; on Debian and Ubuntu its release files name the same. Not the
+    collector itself: its package imports every fact collector, which the module's payload would then carry,
+    and Ansible parse, on every run."""
+    version = get_distribution_version() or "NA"
+    codename = get_distribution_codename()
+    return {
+        "ansible_distribution": get_distribution() or "NA",
+        "ansible_distribution_version": version,
+        "ansible_distribution_major_version": version.split(".")[0] or "NA",
+        "ansible_distribution_release": "NA" if codename is None else codename,
+    }
 
 
 def new_fingerprint(name: str, inputs: dict[str, Any], deps: dict[str, str], when: str) -> str:
@@ -537,7 +546,7 @@ def main() -> None:
     if refusal:
         module.fail_json(msg="layer %s: %s" % (p["name"] or "records", refusal))
     if p["state"] == "snapshot":
-        facts = os_release(module) if p["os_facts"] else {}
+        facts = os_release() if p["os_facts"] else {}
         facts["stack_layer_snapshot"] = snapshot(p["state_dir"], p["layers"], p["run"])
         module.exit_json(changed=False, ansible_facts=facts)
     name = p["name"]
