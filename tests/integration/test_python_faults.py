@@ -118,8 +118,10 @@ class TestTorchPins:
         assert not host.exists(ENV + "/constraints.next.txt")
 
     def test_a_refused_pin_keeps_the_installed_torch_pinned(self, host):
+        # The layer the last test left building is rebuilt: nothing to ask the env before, torch asked after.
         run = host.play("--tags", "torch")
         assert run.returncode == 0, run.output[-3000:]
+        assert "Ask the env for torch" not in run.output and "Ask torch what it is" in run.output
         pins = host.sh("cat " + CONSTRAINTS).stdout.split()
         assert "torch==2.6.0" in pins
 
@@ -205,6 +207,8 @@ class TestApexWheels:
         before = host.python(APEX_DIST)
         run = host.play("--tags", "apex", rebuild="apex")
         assert run.returncode == 0, run.output[-3000:]
+        # A rebuild asks the env nothing before it installs, and imports the extensions after.
+        assert "Ask the env for apex_C" not in run.output and "Import the extensions" in run.output
         assert "Compile (log in" not in run.output
         assert host.state("apex")["details"]["built_from_source"] is False
         assert_installed_from_the_cached_wheel(host, before)
@@ -503,13 +507,17 @@ class TestVerlRecovery:
         run = host.play("--tags", "torch,apex")
         assert run.returncode == 0, run.output[-3000:]
         assert "Ask the env for torch" in run.output and "Ask the env for apex_C" not in run.output
+        # Found as recorded, so nothing installed: the check takes the look's answer, not a second import.
+        assert "Ask torch what it is" not in run.output
         # looked at and found sound: the file's stat is refreshed, the build is the same one
         after = host.state("torch")
         assert after["fingerprint"] == torch["fingerprint"] and after["files"][version_py] != torch["files"][version_py]
 
+        # -e verify: the look imports torch and every extension the host needs, as the check after an
+        # install does; found sound, nothing is installed and nothing imported twice.
         run = host.play("--tags", "apex", verify="apex")
         assert run.returncode == 0, run.output[-3000:]
-        assert "Ask the env for apex_C" in run.output and "Import the extensions" in run.output
+        assert "Ask the env for apex_C" in run.output and "Import the extensions" not in run.output
 
     def test_a_directory_at_the_checkout_path_that_is_not_a_checkout(self, host):
         """The rebuild's swap moved whatever was at stack_verl_dir to <dir>.old and deleted it; a
