@@ -33,7 +33,8 @@ REMOVE_STACK_ROOT = if [ -e $(STACK_ROOT)/.verl-p40-stack-root ]; then rm -rf --
 # hosts, six groups on built ones (the classes of test_python_faults.py, test_built_faults.py).
 FAULTS_NEW := tests/integration/test_faults.py tests/integration/test_url_faults.py
 FAULTS_BUILT := tests/integration/test_python_faults.py tests/integration/test_built_faults.py
-FAULTS = $(BIN)/python -m pytest -v --dist loadscope --durations=15
+# -u: each test's line reaches the lane's log (and its time) as it ends, not when the lane ends.
+FAULTS = $(BIN)/python -u -m pytest -v --dist loadscope --durations=15
 
 .PHONY: host-check render setup lint unit images standins stack-root verify-default cluster bullseye molecule faults-new faults-built integration lanes test demo bench apex-proof clean
 
