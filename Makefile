@@ -71,8 +71,13 @@ lint: setup locks  ## lock check + yamllint + ansible-lint (production profile) 
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Under make lanes the unit suite runs beside the lanes at the lowest CPU priority (nice 19): it takes
+# what the lanes leave idle (their waits on the disk, a job's poll, the one worker left at the end) and
+# finishes after them, instead of a step of its own before them. It runs in the environment it has alone:
+# without the lanes' mirror and make's flags (tests/unit/test_makefile.py runs make itself).
+UNIT_BESIDE = env -u VERL_P40_MIRROR_URL -u VERL_P40_MIRROR_PORT -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u LANES nice -n 19
 unit: setup  ## pytest for the Python pieces and templates (two workers, a file on each)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests/unit
+	$(if $(LANES),$(UNIT_BESIDE)) $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests/unit $(LANE)
 
 host-check:  ## the host programs the tests call (the list .ci/run installs), before the long steps
 	$(PYTHON) tests/standins/host_tools.py check
@@ -121,18 +126,18 @@ faults-built: stack-root  ## faults on containers of STACK_ROOT (every layer bui
 integration: faults-new faults-built  ## every fault test
 
 # The default scenario's converge comes first, beside the fault tests on new containers (then
-# Debian 11); once its stack root is converged, its verify, the cluster scenario and the fault
-# tests on built hosts run side by side. One mirror serves them all; a target that fails stops none of the
+# Debian 11) and the unit suite (at the lowest priority, above); once its stack root is converged, its
+# verify, the cluster scenario and the fault tests on built hosts run side by side. One mirror serves them all; a target that fails stops none of the
 # others (--keep-going; only Debian 11 waits for the fault tests on new hosts to pass), so one run
 # shows every failure. Each line shows as it is printed (no --output-sync, which would hold a whole
 # scenario's output back). The stack root goes when every user of it is done; after a failure it
 # stays, for a look at the host the failing test started from (make clean removes it).
 # (The removal is a line of its own: make -n runs every line that names $(MAKE).)
-lanes: setup  ## molecule and integration side by side, each line prefixed with its target
-	$(MIRROR) $(MAKE) --no-print-directory --keep-going -j 4 LANES=1 molecule integration
+lanes: setup  ## molecule, integration and unit side by side, each line prefixed with its target
+	$(MIRROR) $(MAKE) --no-print-directory --keep-going -j 5 LANES=1 molecule integration unit
 	$(REMOVE_STACK_ROOT)
 
-test: lint unit lanes  ## everything CI runs
+test: lint lanes  ## everything CI runs (the unit suite inside make lanes)
 
 demo: images standins  ## the whole stack in a throwaway container, with the stand-ins
 	$(MIRROR) $(BIN)/molecule converge -s default

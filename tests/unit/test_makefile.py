@@ -1,4 +1,4 @@
-"""The Makefile's lanes: make test runs molecule and integration side by side (make lanes).
+"""The Makefile's lanes: make test runs molecule, integration and the unit suite side by side (make lanes).
 
 The lanes share one mirror (the stand-ins' URLs are part of what a host records, and the fault
 tests start hosts from the default scenario's stack root), must not hide a failure behind the pipe
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 MOLECULE = str(REPO / ".venv" / "bin" / "molecule")
 
 # How make lanes prefixes a target's lines: the time, then the target's name.
-PREFIX = r"""\| awk '\{ print strftime\("%H:%M:%S"\) " \[(stack-root|verify-default|cluster|bullseye|faults-new|faults-built)\] " \$0; fflush\(\) \}'$"""
+PREFIX = r"""\| awk '\{ print strftime\("%H:%M:%S"\) " \[(stack-root|verify-default|cluster|bullseye|faults-new|faults-built|unit)\] " \$0; fflush\(\) \}'$"""
 # A target that prints a line and fails the way a lane's command would.
 PROBE = 'lane-probe: ; sh -c "echo a line; exit 3" $(LANE)'
 
@@ -70,7 +70,7 @@ def recipe(target: str) -> list[str]:
 
 def test_make_test_runs_molecule_and_integration_side_by_side():
     test = next(line for line in (REPO / "Makefile").read_text().splitlines() if line.startswith("test:"))
-    assert test.split(":")[1].split("##")[0].split() == ["lint", "unit", "lanes"]
+    assert test.split(":")[1].split("##")[0].split() == ["lint", "lanes"]
     # One mirror for every lane, started around the sub-make; the stack root goes after it, on a line of
     # its own: make -n runs a line that names $(MAKE), so a removal on that line would run under a dry
     # run (this test's) and take the root from under a make lanes running beside it.
@@ -80,8 +80,9 @@ def test_make_test_runs_molecule_and_integration_side_by_side():
     run = shared("lanes")
     assert run.returncode == 0, run.stderr
     (submake,) = [line for line in run.stdout.splitlines() if "LANES=1" in line]
-    # Four at once: after the stack root, the default scenario's verify, the cluster, the built-host faults and Debian 11.
-    assert "-j 4" in submake and submake.split()[-2:] == ["molecule", "integration"]
+    # Five at once: after the stack root, the default scenario's verify, the cluster, the built-host faults and
+    # Debian 11, with the unit suite (at the lowest priority) beside them.
+    assert "-j 5" in submake and submake.split()[-3:] == ["molecule", "integration", "unit"]
     assert "mirror.py" not in submake
     # Output sync would hold each scenario's lines back until it ends: no progress for minutes.
     assert "--output-sync" not in submake and " -O" not in submake
@@ -165,3 +166,38 @@ def test_only_a_stack_root_the_default_scenario_made_is_removed(tmp_path: Path):
     # The mark is the one create.yml writes.
     create = (REPO / "molecule" / "default" / "create.yml").read_text()
     assert "/.verl-p40-stack-root" in create
+
+
+def test_under_make_lanes_the_unit_suite_runs_last_in_line_for_the_cpu_in_its_own_environment(tmp_path: Path):
+    """Beside the lanes the unit suite runs at nice 19 (it takes what they leave idle), without the
+    lanes' mirror or make's flags: test_a_target_run_alone_serves_the_standins_itself would see no
+    mirror of its own under a VERL_P40_MIRROR_URL, and the make runs of this file would inherit -j.
+    A stand-in python prints what the suite would get."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python").write_text(
+        '#!/bin/sh\necho "nice=$(nice) mirror=${VERL_P40_MIRROR_URL-unset} makeflags=${MAKEFLAGS-unset}'
+        ' lanes=${LANES-unset} args=$*"\n'
+    )
+    (fake / "python").chmod(0o755)
+
+    def unit(*args: str) -> str:
+        run = subprocess.run(
+            ["make", "--no-print-directory", "-j", "2", "BIN=%s" % fake, *args, "unit"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=dict(os.environ, VERL_P40_MIRROR_URL="http://127.0.0.1:9"),
+            check=False,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        (line,) = [line for line in run.stdout.splitlines() if "nice=" in line]
+        return line
+
+    beside = unit("LANES=1")
+    assert re.match(r"^\d\d:\d\d:\d\d \[unit\] nice=19 mirror=unset makeflags=unset lanes=unset ", beside), beside
+    assert "-m pytest -q -n 2 --dist loadfile" in beside and beside.endswith(" tests/unit")
+    # Alone: as it was started, with its environment.
+    alone = unit()
+    assert alone.startswith("nice=%d mirror=http://127.0.0.1:9 makeflags=" % os.nice(0)), alone
+    assert "makeflags=unset" not in alone
