@@ -71,11 +71,15 @@ lint: setup locks  ## lock check + yamllint + ansible-lint (production profile) 
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# Under make lanes the unit suite runs beside the lanes at the lowest CPU priority (nice 19): it takes
-# what the lanes leave idle (their waits on the disk, a job's poll, the one worker left at the end) and
-# finishes after them, instead of a step of its own before them. It runs in the environment it has alone:
-# without the lanes' mirror and make's flags (tests/unit/test_makefile.py runs make itself).
-UNIT_BESIDE = env -u VERL_P40_MIRROR_URL -u VERL_P40_MIRROR_PORT -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u LANES nice -n 19
+# Under make lanes the unit suite runs beside the lanes at the lowest CPU priority: it takes what the
+# lanes leave idle (their waits on the disk, a job's poll, the one worker left at the end) and finishes
+# after them, instead of a step of its own before them. nice alone is not enough where the kernel
+# groups tasks by session (autogroup, on by default): the lanes' work runs in the containers' sessions,
+# and a session's group gets its share whatever its tasks' nice, so the suite gets a session of its own
+# (setsid) whose group is niced too. It runs in the environment it has alone: without the lanes'
+# mirror and make's flags (tests/unit/test_makefile.py runs make itself).
+UNIT_BESIDE = env -u VERL_P40_MIRROR_URL -u VERL_P40_MIRROR_PORT -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u LANES \
+	setsid --wait sh -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$$@"' unit
 unit: setup  ## pytest for the Python pieces and templates (two workers, a file on each)
 	$(if $(LANES),$(UNIT_BESIDE)) $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests/unit $(LANE)
 
