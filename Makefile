@@ -19,8 +19,11 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # A recipe line that pipes (a lane's prefix, below) fails when its command does.
 .SHELLFLAGS := -o pipefail -c
 # Under make lanes each line a target prints starts with the time and the target's name (a CI log
-# then shows what each lane spent: docs/testing.md). mawk's strftime; fflush: line by line.
-LANE = $(if $(LANES),2>&1 | awk '{ print strftime("%H:%M:%S") " [$@] " $$0; fflush() }')
+# then shows what each lane spent: docs/testing.md). mawk's strftime; fflush: each line out as it is
+# stamped. mawk (Debian's awk, tests/standins/host_tools.py) reads a pipe in blocks, which stamps a quiet
+# lane's lines in bursts, late: -W interactive makes it read a line at a time (gawk does so already).
+LANE_AWK := awk $(if $(findstring mawk,$(shell awk -W version 2>&1 | head -n 1)),-W interactive)
+LANE = $(if $(LANES),2>&1 | $(LANE_AWK) '{ print strftime("%H:%M:%S") " [$@] " $$0; fflush() }')
 # The stack root: the directory the default scenario converges every layer into, the root of the
 # cluster scenario's nodes and of the fault tests' built hosts, each on an overlay of its own
 # (molecule/common/tasks/stack_root.yml). About 10 GB; make lanes removes it when its users are done.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import subprocess
 from pathlib import Path
 
@@ -17,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 MOLECULE = str(REPO / ".venv" / "bin" / "molecule")
 
 # How make lanes prefixes a target's lines: the time, then the target's name.
-PREFIX = r"""\| awk '\{ print strftime\("%H:%M:%S"\) " \[(stack-root|verify-default|cluster|bullseye|faults-new|faults-built|unit)\] " \$0; fflush\(\) \}'$"""
+PREFIX = r"""\| awk (-W interactive )?'\{ print strftime\("%H:%M:%S"\) " \[(stack-root|verify-default|cluster|bullseye|faults-new|faults-built|unit)\] " \$0; fflush\(\) \}'$"""
 # A target that prints a line and fails the way a lane's command would.
 PROBE = 'lane-probe: ; sh -c "echo a line; exit 3" $(LANE)'
 
@@ -42,6 +43,33 @@ def test_a_lane_fails_when_its_command_does(tmp_path: Path):
         "".join(line for line in (REPO / "Makefile").read_text().splitlines(True) if ".SHELLFLAGS" not in line)
     )
     assert make("--eval", PROBE, "lane-probe", "LANES=1", makefile=broken).returncode == 0
+
+
+def test_a_lane_stamps_each_line_when_it_is_printed(tmp_path: Path):
+    """A line reaches the lane's output while its command goes on, not when the command ends (mawk
+    reads a pipe in blocks unless -W interactive): the probe prints a line, then waits for this test
+    to have read it before it prints the next and ends. Held back, the line never comes in time."""
+    mark = tmp_path / "read"
+    probe = 'lane-live: ; sh -c "echo first; while [ ! -e %s ]; do sleep 0.1; done; echo second" $(LANE)' % mark
+    lane = subprocess.Popen(
+        ["make", "-s", "--no-print-directory", "--eval", probe, "lane-live", "LANES=1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        ready, _, _ = select.select([lane.stdout], [], [], 60)
+        assert ready, "no line within 60 s: the lane's awk held the first line back"
+        first = lane.stdout.readline()
+        assert re.match(r"^\d\d:\d\d:\d\d \[lane-live\] first$", first), first
+        mark.touch()
+        rest, _ = lane.communicate(timeout=60)
+        assert rest.endswith("[lane-live] second\n") and lane.returncode == 0, rest
+    finally:
+        mark.touch()
+        if lane.poll() is None:
+            lane.kill()
+        lane.wait()
 
 
 def shared(*args: str) -> subprocess.CompletedProcess:
