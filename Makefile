@@ -133,9 +133,9 @@ faults-built: stack-root  ## faults on containers of STACK_ROOT (every layer bui
 integration: faults-new faults-built  ## every fault test
 
 # The default scenario's converge comes first, beside the fault tests on new containers (then
-# Debian 11) and the unit suite (at the lowest priority, above); once its stack root is converged, its
-# verify, the cluster scenario and the fault tests on built hosts run side by side. One mirror serves them all; a target that fails stops none of the
-# others (--keep-going; only Debian 11 waits for the fault tests on new hosts to pass), so one run
+# Debian 11) and the unit suite (at the lowest priority, above); once its stack root is converged,
+# its verify, the cluster scenario and the fault tests on built hosts run side by side. One mirror
+# serves them all; a target that fails stops none of the others (--keep-going; only Debian 11 waits for the fault tests on new hosts to pass), so one run
 # shows every failure. Each line shows as it is printed (no --output-sync, which would hold a whole
 # scenario's output back). The stack root goes when every user of it is done; after a failure it
 # stays, for a look at the host the failing test started from (make clean removes it).

@@ -23,12 +23,15 @@ PREFIX = r"""\| awk (-W interactive )?'\{ print strftime\("%H:%M:%S"\) " \[(stac
 PROBE = 'lane-probe: ; sh -c "echo a line; exit 3" $(LANE)'
 
 
-def make(*args: str, makefile: Path = REPO / "Makefile") -> subprocess.CompletedProcess:
+def make(
+    *args: str, makefile: Path = REPO / "Makefile", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["make", "--no-print-directory", "-f", str(makefile), *args],
         capture_output=True,
         text=True,
         cwd=REPO,
+        env=env,
         check=False,
     )
 
@@ -214,13 +217,8 @@ def test_under_make_lanes_the_unit_suite_runs_last_in_line_for_the_cpu_in_its_ow
     (fake / "python").chmod(0o755)
 
     def unit(*args: str) -> str:
-        run = subprocess.run(
-            ["make", "--no-print-directory", "-j", "2", "BIN=%s" % fake, *args, "unit"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=dict(os.environ, VERL_P40_MIRROR_URL="http://127.0.0.1:9"),
-            check=False,
+        run = make(
+            "-j", "2", "BIN=%s" % fake, *args, "unit", env=dict(os.environ, VERL_P40_MIRROR_URL="http://127.0.0.1:9")
         )
         assert run.returncode == 0, run.stdout + run.stderr
         (line,) = [line for line in run.stdout.splitlines() if "nice=" in line]
