@@ -10,7 +10,9 @@ that a package source is unreachable (its exit status 3).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import lzma
 import os
 import re
 import shutil
@@ -386,18 +388,45 @@ def test_nvcc_refuses_gcc_12(installed: Path, tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------
+# The stored .xz container the cuDNN archive comes in
+
+
+@pytest.mark.parametrize("size", [0, 1, 65535, 65536, 65537, 3 * 65536 + 7])
+def test_stored_xz_is_read_by_xz_and_python(size: int) -> None:
+    """Every chunk-boundary case: Python's lzma and xz itself read back the same bytes (a wrong
+    chunk header, size, padding, index or footer fails one of them)."""
+    data = os.urandom(size)
+    out = io.BytesIO()
+    standins.write_xz_stored(io.BytesIO(data), out)
+    assert lzma.decompress(out.getvalue(), format=lzma.FORMAT_XZ) == data
+    done = subprocess.run(["xz", "--decompress", "--stdout"], input=out.getvalue(), capture_output=True, check=False)
+    assert done.returncode == 0 and done.stdout == data, done.stderr
+
+
+def test_stored_xz_checks_its_data() -> None:
+    """The CRC32 is the data's: a changed byte is refused by both readers."""
+    out = io.BytesIO()
+    standins.write_xz_stored(io.BytesIO(b"cudnn" * 40000), out)
+    damaged = bytearray(out.getvalue())
+    damaged[len(damaged) // 2] ^= 1
+    with pytest.raises(lzma.LZMAError):
+        lzma.decompress(bytes(damaged))
+    assert subprocess.run(["xz", "--test"], input=bytes(damaged), capture_output=True, check=False).returncode != 0
+
+
+# --------------------------------------------------------------------------
 # The cuDNN archive
 
 
 @pytest.fixture(scope="module")
 def cudnn(standins_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The archive unpacked once (xz -T0; the wheel-based one is 1.1 GB
+    """The archive unpacked once (by xz: the wheel-based one is 1.1 GB
     unpacked, removed again afterwards) plus its member list.  Everything is
     unpacked because NVIDIA's libcudnn.so.8 loads its sub-libraries as soon
     as it is used."""
     dest = tmp_path_factory.mktemp("cudnn")
     members: dict[str, tarfile.TarInfo] = {}
-    xz = subprocess.Popen(["xz", "-T0", "-dc", str(standins_dir / standins.CUDNN_FILE)], stdout=subprocess.PIPE)
+    xz = subprocess.Popen(["xz", "-dc", str(standins_dir / standins.CUDNN_FILE)], stdout=subprocess.PIPE)
     assert xz.stdout is not None
     with tarfile.open(fileobj=xz.stdout, mode="r|") as tar:
         for info in tar:
