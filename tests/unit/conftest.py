@@ -21,6 +21,7 @@ from pathlib import Path
 
 import ansible.module_utils
 import pytest
+from playbook import command as playbook_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,21 +130,28 @@ def ansible_env(**extra: str) -> dict[str, str]:
 
 
 def run_play(
-    tmp_path: Path, tasks: list[dict], *args: str, callback: str = "json", **play: object
+    tmp_path: Path,
+    tasks: list[dict],
+    *args: str,
+    callback: str = "json",
+    env: dict[str, str] | None = None,
+    **play: object,
 ) -> subprocess.CompletedProcess:
     """One ansible-playbook run of `tasks` on localhost (local connection), through the project's
     ansible.cfg and with the stdout callback `callback`; `play` adds keys to the play (vars_files,
-    module_defaults), `args` to the command line (--tags). The caller reads stdout/stderr."""
+    module_defaults), `args` to the command line (--tags, -e), `env` to its environment. The caller
+    reads stdout/stderr."""
     import yaml
 
     playbook = tmp_path / "play.yml"
     playbook.write_text(
         yaml.safe_dump([{"hosts": "localhost", "connection": "local", "gather_facts": False, **play, "tasks": tasks}])
     )
-    env = ansible_env(ANSIBLE_STDOUT_CALLBACK=callback)
-    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(playbook), *args]
-    command += ["-e", "ansible_python_interpreter=" + sys.executable]
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    command = playbook_command(
+        "localhost,", [], *args, "-e", "ansible_python_interpreter=" + sys.executable, playbook=playbook
+    )
+    run_env = ansible_env(ANSIBLE_STDOUT_CALLBACK=callback, **(env or {}))
+    return subprocess.run(command, capture_output=True, text=True, env=run_env, cwd=REPO, check=False)
 
 
 def play_results(tmp_path: Path, tasks: list[dict], **play: object) -> list[dict]:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from conftest import REPO, ansible_env
+from conftest import REPO, run_play
 
 import render
 from control import control_character_problems, one_line, path_spelling_problems
@@ -147,37 +146,15 @@ def test_every_string_option_of_every_role_is_covered(tmp_path: Path):
     options = spec_options()
     bad = {name: bad_value(option) for name, option in options.items() if bad_value(option) is not None}
     assert {"cuda_prefix", "stack_work_dir", "stack_user", "stack_pip_index_url", "train_extra_env"} <= set(bad)
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Preflight's control character check",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "tasks": [
-                        {
-                            "name": "Run it",
-                            "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "control_characters"},
-                        }
-                    ],
-                }
-            ]
-        )
-    )
+    check = [
+        {"name": "Run it", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "control_characters"}}
+    ]
     extra = tmp_path / "extra.json"
 
     def play(values: dict) -> subprocess.CompletedProcess:
         extra.write_text(json.dumps(values))
-        return subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local"]
-            + [str(playbook), "-e", "@" + str(extra)],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_ROLES_PATH=str(REPO / "roles")),
-            timeout=300,
-            check=False,
+        return run_play(
+            tmp_path, check, "-e", "@%s" % extra, callback="default", env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
         )
 
     refused = play(bad)
@@ -216,20 +193,9 @@ def test_a_path_spelled_normally_passes(value):
 
 def test_preflight_refuses_a_path_option_with_a_trailing_slash(tmp_path: Path):
     """Only options of type path: a URL with a trailing '/' (stack_mirror_url) is fine."""
-    playbook = tmp_path / "play.yml"
     task = {"name": "Run it", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "control_characters"}}
-    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]))
     values = {"cuda_prefix": "/usr/local/cuda-11.8/", "stack_mirror_url": "http://mirror.example/verl-p40/"}
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)]
-        + ["-e", json.dumps(values)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=ansible_env(ANSIBLE_ROLES_PATH=str(REPO / "roles")),
-        timeout=300,
-        check=False,
-    )
+    done = run_play(tmp_path, [task], "-e", json.dumps(values), callback="default")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cuda_prefix is spelled '/usr/local/cuda-11.8/': write it as '/usr/local/cuda-11.8'" in done.stdout
     assert "stack_mirror_url" not in done.stdout

@@ -9,7 +9,7 @@ bash, Hydra's override parser and OmegaConf, and never runs as shell code.
 
 from __future__ import annotations
 
-import os
+import json
 import random
 import stat
 import subprocess
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from conftest import REPO
+from conftest import REPO, run_play
 
 import render
 import validate_overrides as vo
@@ -151,46 +151,11 @@ def test_template_refuses_a_bad_name_by_itself(tmp_path: Path, monkeypatch: pyte
 
 def test_preflight_refuses_a_bad_name(tmp_path: Path):
     # The preflight tasks themselves, on localhost with a local connection; they only read variables.
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Preflight's env name check",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "tasks": [
-                        {
-                            "name": "Run it",
-                            "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "launcher_env"},
-                        }
-                    ],
-                }
-            ]
-        )
-    )
+    check = [{"name": "Run it", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "launcher_env"}}]
+    profiles = REPO / "roles" / "stack" / "defaults" / "main" / "gpu_profiles.yml"
 
     def play(extra: dict) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [
-                str(Path(sys.executable).parent / "ansible-playbook"),
-                "-i",
-                "localhost,",
-                "-c",
-                "local",
-                str(playbook),
-                "-e",
-                "@" + str(REPO / "roles" / "stack" / "defaults" / "main" / "gpu_profiles.yml"),
-                "-e",
-                yaml.safe_dump(extra, default_flow_style=True).strip(),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_ROLES_PATH": str(REPO / "roles")},
-            timeout=300,
-            check=False,
-        )
+        return run_play(tmp_path, check, "-e", "@%s" % profiles, "-e", json.dumps(extra), callback="default")
 
     refused = play({"train_extra_env": {"X=1;touch pwned;Y": "1", "HF_HOME": "/data"}})
     assert refused.returncode == 2, refused.stdout + refused.stderr
