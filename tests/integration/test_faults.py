@@ -342,11 +342,17 @@ def test_too_little_disk(host):
     ],
 )
 def test_invalid_variables(host, extra, message):
+    driver_record = stack_paths()["stack_state_dir"] + "/driver.json"
+    host.sh("rm -f %s" % driver_record)
     run = host.play(**extra)
     assert run.returncode != 0
     # Whitespace as one space: the output wraps a long message.
     assert message in " ".join(run.output.split())
     assert_nothing_built(host)
+    # Every input but those of the roles whose defaults read the GPU profile (apex_max_jobs here) is
+    # checked before the first layer: the driver layer did not run, so it recorded nothing.
+    if not any(name.startswith("apex_") or name == "rebuild" for name in extra):
+        assert not host.exists(driver_record), "the driver layer ran before the bad input was refused"
     assert not host.exists("/tmp/pwned-by-cuda-prefix") and not host.exists("/tmp/pwned-by-work-dir")
 
 

@@ -146,29 +146,44 @@ def test_every_string_option_of_every_role_is_covered(tmp_path: Path):
     options = spec_options()
     bad = {name: bad_value(option) for name, option in options.items() if bad_value(option) is not None}
     assert {"cuda_prefix", "stack_work_dir", "stack_user", "stack_pip_index_url", "train_extra_env"} <= set(bad)
-    check = [
-        {"name": "Run it", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "control_characters"}}
-    ]
     extra = tmp_path / "extra.json"
 
-    def play(values: dict) -> subprocess.CompletedProcess:
+    def play(values: dict, stage: str) -> subprocess.CompletedProcess:
         extra.write_text(json.dumps(values))
+        check = {
+            "name": "Run it",
+            "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "control_characters"},
+        }
+        check["vars"] = {"__preflight_input_stage": stage}
         return run_play(
-            tmp_path, check, "-e", "@%s" % extra, callback="default", env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+            tmp_path, [check], "-e", "@%s" % extra, callback="default", env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
         )
 
-    refused = play(bad)
-    assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "nothing was changed on the host" in refused.stdout, refused.stdout + refused.stderr
-    named = set(re.findall(r"(?:^|; |\")(\S+) holds a newline", refused.stdout))
+    # Preflight checks twice (roles/preflight/tasks/inputs.yml, then profile_inputs.yml): before the first
+    # layer every role's options but those of the roles whose defaults read the profile, then theirs.
+    # Broken cases: a role in neither check, or a profile role's option checked before the profile.
+    late = set(yaml.safe_load((REPO / "roles/preflight/vars/main.yml").read_text())["__preflight_input_roles"])
+    stage_of = {}
+    for spec in SPECS:
+        for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
+            for name in entry.get("options") or {}:
+                stage_of.setdefault(name, "profile" if spec.parent.parent.name in late else "early")
+    named = {}
+    for stage in ("early", "profile"):
+        refused = play(bad, stage)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "nothing was changed on the host" in refused.stdout, refused.stdout + refused.stderr
+        named[stage] = set(re.findall(r"(?:^|; |\")(\S+) holds a newline", refused.stdout))
     for name, option in options.items():
         if option.get("no_log"):
             # Reading a no_log option decrypts a vault: it is checked where it is used.
-            assert name not in named
+            assert name not in named["early"] | named["profile"]
         elif name in bad:
-            assert expected_name(name, option) in named, name
-    passed = play({})
-    assert passed.returncode == 0, passed.stdout + passed.stderr
+            assert expected_name(name, option) in named[stage_of[name]], (name, stage_of[name])
+            assert expected_name(name, option) not in named[{"early": "profile", "profile": "early"}[stage_of[name]]]
+    for stage in ("early", "profile"):
+        passed = play({}, stage)
+        assert passed.returncode == 0, passed.stdout + passed.stderr
 
 
 @pytest.mark.parametrize(

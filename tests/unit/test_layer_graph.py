@@ -82,10 +82,12 @@ def graph_problems(repo: Path) -> list[str]:
         have = stage_roles(repo, stage)
         if have != want:
             problems.append("%s: its roles are %s; stack_layers gives the %s stage %s" % (path, have, stage, want))
+    # A layer runs from its role's main tasks; another entry (preflight's early input check) runs none.
     setup = [
         task["ansible.builtin.include_role"]["name"]
         for task in tasks_in(_load(repo, SETUP))
         if "ansible.builtin.include_role" in task
+        and task["ansible.builtin.include_role"].get("tasks_from", "main") == "main"
     ]
     want = [layer["name"] for layer in layers if layer.get("stage") == "setup"]
     if setup != want:

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from conftest import REPO, run_play
+from repo import tasks_in
 
 import disk_space
 import preflight
@@ -462,3 +463,38 @@ def test_the_role_names_every_launcher_variable_name_that_is_no_name(tmp_path: P
     play["vars"]["train_extra_env"] = {"OK": "1"}
     del profiles["mine"]
     assert run_play(tmp_path, [task], callback="default", **play).returncode == 0
+
+
+# -- Which inputs are checked before the first layer --------------------------------------------------
+
+
+def test_the_inputs_checked_after_the_profile_are_those_of_the_roles_whose_defaults_read_it():
+    """Preflight checks every input before the driver layer, but the options of the roles whose defaults
+    read what preflight finds (roles/preflight/vars/main.yml's __preflight_input_roles): those are checked
+    once the profile is chosen. Broken cases: a role whose defaults start to read the profile, checked
+    before it is chosen (its defaults would not template); a role listed that reads nothing of it,
+    checked later than it could be."""
+    found = re.compile(r"\bpreflight_(profile|gpus|cuda_arch_list)\b")
+    reading = sorted(
+        role.name
+        for role in (REPO / "roles").iterdir()
+        if role.name not in ("preflight", "stack")
+        and any(found.search(path.read_text()) for path in (role / "defaults").rglob("*.yml"))
+    )
+    listed = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__preflight_input_roles"]
+    assert sorted(listed) == reading
+
+
+def test_the_run_checks_the_inputs_before_the_driver_layer():
+    """playbooks/tasks/setup.yml includes preflight's inputs.yml before the driver's role, so a bad input
+    stops the run before the driver layer installs anything or asks for a reboot; preflight's own tasks
+    check the rest once the profile is chosen."""
+    tasks = tasks_in(yaml.safe_load((REPO / "playbooks" / "tasks" / "setup.yml").read_text()))
+    includes = [
+        (task["ansible.builtin.include_role"]["name"], task["ansible.builtin.include_role"].get("tasks_from", "main"))
+        for task in tasks
+        if "ansible.builtin.include_role" in task
+    ]
+    assert includes == [("preflight", "inputs"), ("driver", "main"), ("preflight", "main")]
+    main = (ROLE / "tasks" / "main.yml").read_text()
+    assert "import_tasks: profile_inputs.yml" in main and "import_tasks: inputs.yml" not in main

@@ -347,9 +347,15 @@ def run_layer_specs(tmp_path: Path, extra_vars: dict[str, Any], roles: list[str]
                     "preflight_profile": "{{ stack_gpu_profiles['pascal'] | combine({'name': 'pascal'}) }}"
                 },
             },
+            # As preflight runs it: before the first layer, then the layers the profile decides.
             {
                 "name": "Check every layer's inputs",
                 "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "layer_specs.yml"},
+            },
+            {
+                "name": "Check the inputs the profile decides",
+                "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "layer_specs.yml"},
+                "vars": {"__preflight_input_stage": "profile"},
             },
         ],
     }
