@@ -350,7 +350,8 @@ def test_invalid_variables(host, extra, message):
     assert message in " ".join(run.output.split())
     assert_nothing_built(host)
     # Every input but those of the roles whose defaults read the GPU profile (apex_max_jobs here) is
-    # checked before the first layer: the driver layer did not run, so it recorded nothing.
+    # checked before the first layer: the driver layer did not run, so it recorded nothing. (-e rebuild
+    # is checked by layer_state's first query, the driver layer's own.)
     if not any(name.startswith("apex_") or name == "rebuild" for name in extra):
         assert not host.exists(driver_record), "the driver layer ran before the bad input was refused"
     assert not host.exists("/tmp/pwned-by-cuda-prefix") and not host.exists("/tmp/pwned-by-work-dir")

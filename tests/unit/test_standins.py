@@ -391,10 +391,12 @@ def test_nvcc_refuses_gcc_12(installed: Path, tmp_path: Path) -> None:
 # The stored .xz container the cuDNN archive comes in
 
 
-@pytest.mark.parametrize("size", [0, 1, 65535, 65536, 65537, 3 * 65536 + 7])
+@pytest.mark.parametrize("size", [0, 1, 200, 65535, 65536, 65537, 3 * 65536 + 7])
 def test_stored_xz_is_read_by_xz_and_python(size: int) -> None:
-    """Every chunk-boundary case: Python's lzma and xz itself read back the same bytes (a wrong
-    chunk header, size, padding, index or footer fails one of them)."""
+    """Every chunk-boundary case: Python's lzma and xz itself read back the same bytes. Checked by
+    hand against mutants of write_xz_stored, each refused by one of them: the block or the index
+    unpadded (200 bytes is the size whose index needs padding), the CRC32 of the last chunk only,
+    the index's sizes or the footer's backward size off by one, a chunk's size written unreduced."""
     data = os.urandom(size)
     out = io.BytesIO()
     standins.write_xz_stored(io.BytesIO(data), out)
