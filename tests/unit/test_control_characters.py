@@ -36,10 +36,10 @@ SPECS = sorted((REPO / "roles").glob("*/meta/argument_specs.yml"))
 TEMPLATES = sorted((REPO / "roles").glob("*/templates/*.j2")) + sorted((REPO / "templates").glob("*.j2"))
 
 
-def spec_options() -> dict[str, dict]:
-    """Every option of every entry point of every role: name -> its spec."""
+def spec_options(specs: list[Path] = SPECS) -> dict[str, dict]:
+    """Every option of every entry point of every role (or of the roles of `specs`): name -> its spec."""
     options: dict[str, dict] = {}
-    for spec in SPECS:
+    for spec in specs:
         for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
             for name, option in (entry.get("options") or {}).items():
                 options.setdefault(name, option or {})
@@ -153,8 +153,8 @@ def test_every_string_option_of_every_role_is_covered(tmp_path: Path):
         check = {
             "name": "Run it",
             "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "control_characters"},
+            "vars": {"__preflight_input_stage": stage},
         }
-        check["vars"] = {"__preflight_input_stage": stage}
         return run_play(
             tmp_path, [check], "-e", "@%s" % extra, callback="default", env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
         )
@@ -163,11 +163,8 @@ def test_every_string_option_of_every_role_is_covered(tmp_path: Path):
     # layer every role's options but those of the roles whose defaults read the profile, then theirs.
     # Broken cases: a role in neither check, or a profile role's option checked before the profile.
     late = set(yaml.safe_load((REPO / "roles/preflight/vars/main.yml").read_text())["__preflight_input_roles"])
-    stage_of = {}
-    for spec in SPECS:
-        for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
-            for name in entry.get("options") or {}:
-                stage_of.setdefault(name, "profile" if spec.parent.parent.name in late else "early")
+    early_options = spec_options([spec for spec in SPECS if spec.parent.parent.name not in late])
+    stage_of = {name: "early" if name in early_options else "profile" for name in options}
     named = {}
     for stage in ("early", "profile"):
         refused = play(bad, stage)
