@@ -39,7 +39,7 @@ FAULTS_BUILT := tests/integration/test_python_faults.py tests/integration/test_b
 # -u: each test's line reaches the lane's log (and its time) as it ends, not when the lane ends.
 FAULTS = $(BIN)/python -u -m pytest -v --dist loadscope --durations=15
 
-.PHONY: host-check render setup lint unit images standins stack-root verify-default cluster bullseye molecule faults-new faults-built integration lanes test demo bench apex-proof clean
+.PHONY: host-check render setup lint unit images standins stack-root verify-default cluster bullseye trixie molecule faults-new faults-built integration lanes test demo bench apex-proof clean
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
@@ -89,9 +89,9 @@ unit: setup  ## pytest for the Python pieces and templates (two workers, a file 
 host-check:  ## the host programs the tests call (the list .ci/run installs), before the long steps
 	$(PYTHON) tests/standins/host_tools.py check
 
-images: setup host-check  ## local Debian 12/11 images for Molecule (debootstrap + podman import)
+images: setup host-check  ## local Debian 12/11/13 images for Molecule (debootstrap + podman import)
 	$(BIN)/python tests/standins/images.py containers-conf $(CONTAINERS_CONF)
-	$(BIN)/python tests/standins/images.py build 12 11
+	$(BIN)/python tests/standins/images.py build 12 11 13
 
 standins: setup  ## stand-ins for the downloads CI cannot reach (NVIDIA, conda-forge, GitHub)
 	$(BIN)/python tests/standins/standins.py build --out $(STANDINS)
@@ -122,7 +122,11 @@ cluster: stack-root  ## two hosts of STACK_ROOT as a Ray cluster
 bullseye: images standins $(if $(LANES),| faults-new)  ## the system layers on Debian 11
 	$(MIRROR) $(MOLECULE) test -s bullseye $(LANE)
 
-molecule: verify-default cluster bullseye  ## every Molecule scenario: default (verified), cluster, bullseye
+# Debian 13 the same way, after Debian 11 under make lanes (one system-layer scenario at a time).
+trixie: images standins $(if $(LANES),| bullseye)  ## the system layers on Debian 13 (gcc-11 from bookworm, pinned)
+	$(MIRROR) $(MOLECULE) test -s trixie $(LANE)
+
+molecule: verify-default cluster bullseye trixie  ## every Molecule scenario: default (verified), cluster, bullseye, trixie
 
 faults-new: images standins  ## bad input and faults on new containers (nothing built yet)
 	$(MIRROR) $(FAULTS) -n 2 $(FAULTS_NEW) $(LANE)
@@ -175,4 +179,5 @@ clean:  ## remove the scenario containers (caches stay)
 	-$(BIN)/molecule destroy -s default
 	-$(BIN)/molecule destroy -s cluster
 	-$(BIN)/molecule destroy -s bullseye
+	-$(BIN)/molecule destroy -s trixie
 	-$(REMOVE_STACK_ROOT)

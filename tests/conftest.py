@@ -24,7 +24,7 @@ SCENARIO_VARIABLE = "VERL_P40_SCENARIO"
 
 # The most tests that may skip or xfail in one run, per directory under tests/, and why they
 # may; a directory whose skips depend on the host has one entry per scenario. CI runs unit,
-# integration and the default, bullseye and cluster scenarios; p40 is a real P40 host.
+# integration and the default, bullseye, trixie and cluster scenarios; p40 is a real P40 host.
 SKIP_BUDGET: dict[str, tuple[int, str] | dict[str, tuple[int, str]]] = {
     "unit": (
         0,
@@ -40,6 +40,7 @@ SKIP_BUDGET: dict[str, tuple[int, str] | dict[str, tuple[int, str]]] = {
             "test_apex.py's CUDA extensions",
         ),
         "bullseye": (0, "none: test_preflight.py, test_cuda.py and test_cudnn.py all run"),
+        "trixie": (0, "none: test_preflight.py, test_cuda.py and test_cudnn.py all run"),
         "cluster-head": (0, "none: the head runs every test of test_ray.py"),
         "cluster-worker": (5, "test_ray.py's 5 tests that drive the cluster from its head"),
         "p40": (

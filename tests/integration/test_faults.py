@@ -286,15 +286,15 @@ def test_two_gpus_without_peer_to_peer(host):
 
 def test_unsupported_os(host):
     host.sh(
-        "cp /etc/os-release /etc/os-release.orig && sed -i 's/^VERSION_ID=.*/VERSION_ID=\"13\"/' /etc/os-release"
-        " && cp /etc/debian_version /etc/debian_version.orig && echo 13.1 > /etc/debian_version"
+        "cp /etc/os-release /etc/os-release.orig && sed -i 's/^VERSION_ID=.*/VERSION_ID=\"14\"/' /etc/os-release"
+        " && cp /etc/debian_version /etc/debian_version.orig && echo 14.0 > /etc/debian_version"
     )
     try:
         run = host.play()
     finally:
         host.sh("mv /etc/os-release.orig /etc/os-release && mv /etc/debian_version.orig /etc/debian_version")
     assert run.returncode != 0
-    assert "Debian 13 is not supported" in run.output
+    assert "Debian 14 is not supported" in run.output
     assert_nothing_built(host)
 
 

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 MOLECULE = str(REPO / ".venv" / "bin" / "molecule")
 
 # How make lanes prefixes a target's lines: the time, then the target's name.
-PREFIX = r"""\| awk (-W interactive )?'\{ print strftime\("%H:%M:%S"\) " \[(stack-root|verify-default|cluster|bullseye|faults-new|faults-built|unit)\] " \$0; fflush\(\) \}'$"""
+PREFIX = r"""\| awk (-W interactive )?'\{ print strftime\("%H:%M:%S"\) " \[(stack-root|verify-default|cluster|bullseye|trixie|faults-new|faults-built|unit)\] " \$0; fflush\(\) \}'$"""
 # A target that prints a line and fails the way a lane's command would.
 PROBE = 'lane-probe: ; sh -c "echo a line; exit 3" $(LANE)'
 
@@ -112,7 +112,7 @@ def test_make_test_runs_molecule_and_integration_side_by_side():
     assert run.returncode == 0, run.stderr
     (submake,) = [line for line in run.stdout.splitlines() if "LANES=1" in line]
     # Five at once: after the stack root, the default scenario's verify, the cluster, the built-host faults and
-    # Debian 11, with the unit suite (at the lowest priority) beside them.
+    # Debian 11 (then 13), with the unit suite (at the lowest priority) beside them.
     assert "-j 5" in submake and submake.split()[-3:] == ["molecule", "integration", "unit"]
     assert "mirror.py" not in submake
     # Output sync would hold each scenario's lines back until it ends: no progress for minutes.
@@ -122,13 +122,15 @@ def test_make_test_runs_molecule_and_integration_side_by_side():
 def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_stack_root():
     """make runs a prerequisite once however many targets name it: the default scenario's verify, the
     cluster scenario and the fault tests on built hosts all start after the default scenario has
-    converged its stack root, and Debian 11 after the fault tests on new hosts."""
+    converged its stack root, Debian 11 after the fault tests on new hosts, and Debian 13 after Debian 11."""
     run = shared("LANES=1", "molecule", "integration")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     order = [line for line in lines if "molecule " in line or "tests/integration/" in line]
     names = [re.search(r"\[([a-z-]+)\]", line).group(1) for line in order]
-    assert names == ["stack-root", "verify-default", "cluster", "faults-new", "bullseye", "faults-built"], order
+    assert names == ["stack-root", "verify-default", "cluster", "faults-new", "bullseye", "trixie", "faults-built"], (
+        order
+    )
     # The default scenario: molecule test's steps up to side_effect, in one lane; the rest after it.
     steps = re.findall(r"molecule ([a-z-]+) -s default", order[0])
     assert steps == ["destroy", "converge", "idempotence", "side-effect"], order[0]
@@ -136,6 +138,7 @@ def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_stack_r
     assert [re.search(r"molecule test -s (\w+)", line).group(1) for line in order[2:] if "molecule test" in line] == [
         "cluster",
         "bullseye",
+        "trixie",
     ]
     # Each target's lines carry its name, and under make lanes none starts a mirror of its own.
     for line in order:
@@ -161,11 +164,24 @@ def test_debian_11_waits_for_the_new_host_faults_only_under_make_lanes():
     assert ["bullseye" in lanes[i] for i in at] == [False, True], lanes
 
 
+def test_debian_13_follows_debian_11_only_under_make_lanes():
+    alone = shared("trixie")
+    assert alone.returncode == 0, alone.stderr
+    assert "-s bullseye" not in alone.stdout and "molecule test -s trixie" in alone.stdout
+    lanes = shared("LANES=1", "trixie").stdout.splitlines()
+    at = [i for i, line in enumerate(lanes) if "tests/integration/" in line or "molecule test -s" in line]
+    assert [re.search(r"integration|bullseye|trixie", lanes[i]).group(0) for i in at] == [
+        "integration",
+        "bullseye",
+        "trixie",
+    ], lanes
+
+
 def test_make_molecule_runs_every_scenario():
     run = shared("molecule")
     assert run.returncode == 0, run.stderr
     ran = re.findall(r"molecule (verify|test) -s (\w+)", run.stdout)
-    assert sorted(ran) == [("test", "bullseye"), ("test", "cluster"), ("verify", "default")], ran
+    assert sorted(ran) == [("test", "bullseye"), ("test", "cluster"), ("test", "trixie"), ("verify", "default")], ran
     scenarios = sorted(path.parent.name for path in (REPO / "molecule").glob("*/molecule.yml"))
     # p40 is a real P40 host's scenario (docs/testing.md), not CI's.
     assert sorted({name for _, name in ran} | {"p40"}) == scenarios

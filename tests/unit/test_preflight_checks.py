@@ -1,7 +1,7 @@
 """Preflight's arithmetic (filter_plugins/preflight.py) and its wiring through the role.
 
-The OS: Debian 11 and 12 are converged in CI, Ubuntu 20.04/22.04/24.04 accepted with a warning,
-anything else (Debian 13 among them, for now) refused. Free disk: every path the stack writes,
+The OS: Debian 11, 12 and 13 are converged in CI, Ubuntu 20.04/22.04/24.04 accepted with a warning,
+anything else refused. Free disk: every path the stack writes,
 each sized by a variable or by the model, left out once its layer is built, added up per
 filesystem by the disk_space module. RAM: what the profile's CPU offload, the model loading and
 Ray take on a host that trains.
@@ -41,12 +41,22 @@ UNTESTED = DEFAULTS["preflight_untested_os"]
 
 
 def test_the_lists_claim_only_what_ci_converges():
-    # Nothing but Debian 11 and 12 is converged in CI: an Ubuntu release in this list is the old claim.
-    assert TESTED == {"Debian": ["11", "12"]}
+    # Nothing but Debian 11, 12 and 13 is converged in CI: an Ubuntu release in this list is the old claim.
+    assert TESTED == {"Debian": ["11", "12", "13"]}
     assert UNTESTED == {"Ubuntu": ["20.04", "22.04", "24.04"]}
 
 
-@pytest.mark.parametrize("version", ["11", "12"])
+def test_every_release_said_to_be_converged_has_a_scenario():
+    # The Debian images the Molecule scenarios converge are the releases the list says CI converges:
+    # a release added to the list without a scenario (or a scenario dropped) fails here.
+    images = set()
+    for scenario in sorted(REPO.glob("molecule/*/molecule.yml")):
+        for platform in yaml.safe_load(scenario.read_text()).get("platforms", []):
+            images.update(re.findall(r"^localhost/verl-p40-debian:(\d+)$", platform.get("image", "")))
+    assert sorted(images, key=int) == TESTED["Debian"]
+
+
+@pytest.mark.parametrize("version", ["11", "12", "13"])
 def test_a_release_ci_converges_is_said_to_be_tested(version: str):
     found = preflight.preflight_os("Debian", version, TESTED, UNTESTED)
     assert found["accepted"] and found["tested"]
@@ -58,18 +68,18 @@ def test_ubuntu_goes_on_with_a_warning_that_it_is_not_tested(version: str):
     found = preflight.preflight_os("Ubuntu", version, TESTED, UNTESTED)
     assert found["accepted"] and not found["tested"]
     assert found["message"].startswith("WARNING: Ubuntu %s is accepted but NOT tested here" % version)
-    assert "Debian 11/12" in found["message"]
+    assert "Debian 11/12/13" in found["message"]
 
 
 @pytest.mark.parametrize(
-    ("distribution", "version"), [("Debian", "13"), ("Debian", "10"), ("Ubuntu", "18.04"), ("Fedora", "40")]
+    ("distribution", "version"), [("Debian", "14"), ("Debian", "10"), ("Ubuntu", "18.04"), ("Fedora", "40")]
 )
 def test_other_releases_are_refused_naming_both_lists(distribution: str, version: str):
     found = preflight.preflight_os(distribution, version, TESTED, UNTESTED)
     assert not found["accepted"] and not found["tested"]
     # The wording the fault test of a built host (tests/infra/test_preflight.py) looks for.
     assert found["message"].startswith("%s %s is not supported." % (distribution, version))
-    assert "Converged in CI: Debian 11/12" in found["message"]
+    assert "Converged in CI: Debian 11/12/13" in found["message"]
     assert "not tested here: Ubuntu 20.04/22.04/24.04" in found["message"]
     assert "preflight_untested_os" in found["message"]
 
@@ -96,7 +106,7 @@ def test_every_roles_platforms_are_the_releases_preflight_accepts(meta: Path):
 
 def test_the_readme_says_which_releases_are_tested():
     text = " ".join((REPO / "README.md").read_text().split())
-    assert "Converged in CI: Debian 12 (the whole stack) and Debian 11" in text
+    assert "Converged in CI: Debian 12 (the whole stack), Debian 11 and 13 (the system layers" in text
     assert "Accepted but not tested here, expected to work: Ubuntu 20.04, 22.04 and 24.04" in text
 
 
@@ -105,7 +115,17 @@ def test_ubuntu_24_04_builds_with_gcc_11():
     # as on Debian 12, or accepting 24.04 only moves the failure to the cuda layer.
     data = yaml.safe_load((REPO / "roles/cuda/vars/Ubuntu-24.yml").read_text())
     assert data["__cuda_default_host_compiler"] == "/usr/bin/g++-11"
-    assert {"gcc-11", "g++-11"} <= set(data["__cuda_compiler_packages"])
+    assert {"gcc-11", "g++-11"} <= set(data["__cuda_default_compiler_packages"])
+    assert "__cuda_compiler_apt_suite" not in data  # gcc-11 is in 24.04's own archive
+
+
+def test_debian_13_takes_gcc_11_from_bookworm():
+    # Its gcc is 14 and its archive has no gcc-11 (the oldest is gcc-12): without the suite the
+    # packages the cuda layer installs do not exist there. The trixie scenario converges it.
+    data = yaml.safe_load((REPO / "roles/cuda/vars/Debian-13.yml").read_text())
+    assert data["__cuda_default_host_compiler"] == "/usr/bin/g++-11"
+    assert {"gcc-11", "g++-11"} <= set(data["__cuda_default_compiler_packages"])
+    assert data["__cuda_compiler_apt_suite"] == "bookworm"
 
 
 # -- Free disk -----------------------------------------------------------------------------------------

@@ -147,9 +147,15 @@ def test_other_directories_ignore_the_scenario(tmp_path: Path):
 
 def test_the_lanes_that_skip_nothing_in_ci_have_no_budget():
     """CI runs every unit test (a CPU torch wheel lies in pip's find-links directory there, so
-    test_standins_python.py's Apex builds run) and every fault test; Debian 11's system layers
-    and the cluster's head run every test they collect."""
-    nothing_skips = [("unit", None), ("integration", None), ("infra", "bullseye"), ("infra", "cluster-head")]
+    test_standins_python.py's Apex builds run) and every fault test; Debian 11's and 13's system
+    layers and the cluster's head run every test they collect."""
+    nothing_skips = [
+        ("unit", None),
+        ("integration", None),
+        ("infra", "bullseye"),
+        ("infra", "trixie"),
+        ("infra", "cluster-head"),
+    ]
     for directory, scenario in nothing_skips:
         assert SHARED.budget(directory, scenario)[0] == 0, (directory, scenario)
 
@@ -185,7 +191,7 @@ def test_every_scenario_names_its_budget():
     """Each verify.yml that runs tests/infra sets VERL_P40_SCENARIO to names with a budget, and
     every budget is some scenario's."""
     found = verify_scenarios()
-    assert sorted(found) == ["bullseye", "cluster", "default", "p40"]
+    assert sorted(found) == ["bullseye", "cluster", "default", "p40", "trixie"]
     assert all(found.values()), found
     assert sorted(set().union(*found.values())) == INFRA_SCENARIOS
     assert found["cluster"] == {"cluster-head", "cluster-worker"}
