@@ -39,7 +39,7 @@ FAULTS_BUILT := tests/integration/test_python_faults.py tests/integration/test_b
 # -u: each test's line reaches the lane's log (and its time) as it ends, not when the lane ends.
 FAULTS = $(BIN)/python -u -m pytest -v --dist loadscope --durations=15
 
-.PHONY: host-check render setup lint unit images standins stack-root verify-default cluster bullseye trixie molecule faults-new faults-built integration lanes test demo bench apex-proof clean
+.PHONY: host-check render setup lint unit images standins stack-root verify-default cluster bullseye trixie molecule faults-new faults-built integration lanes test demo bench apex-proof driver-proof clean
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
@@ -169,6 +169,11 @@ mutate: setup  ## mutation testing of the modules that decide things (MODULES=li
 APEX_JOBS ?= 2
 apex-proof: images standins  ## the real Apex build (CUDA extensions, sm_61) through the apex role; 30-60 min, not in make test
 	$(BIN)/python tests/apex_proof/run.py --jobs $(APEX_JOBS)
+
+# Debian's own NVIDIA driver packages (R535 on 12, R550 on 13) through the driver layer's distro path:
+# a real DKMS build of NVIDIA's module per release, for a Debian kernel, in a container (docs/driver.md).
+driver-proof: images standins  ## the driver layer's distro path on Debian 12 and 13, a real DKMS build; minutes, not in make test
+	$(MIRROR) $(BIN)/python tests/driver_proof/run.py
 
 PROFILE ?= pascal
 OUT ?= out/$(PROFILE)

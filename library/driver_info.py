@@ -14,7 +14,8 @@ description:
   - Reads the installed driver three ways, each of which can be absent on its own, the version
     loaded into the running kernel (C(/sys/module/nvidia/version)), its flavour
     (C(/proc/driver/nvidia/version) names the open kernel modules), the version on disk
-    (C(modinfo -F version nvidia)), and what C(nvidia-smi) reports. Also whether nouveau is loaded,
+    (C(modinfo -F version nvidia), else C(nvidia-current), the name Debian's nvidia-kernel-dkms installs
+    it under), and what C(nvidia-smi) reports. Also whether nouveau is loaded,
     the running kernel's release and the Secure Boot state (C(mokutil --sb-state)).
   - Never changes anything. The decisions (which branch, install or keep) are the driver layer's
     filters (filter_plugins/driver.py), on the controller.
@@ -178,6 +179,13 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+# The names the nvidia module is installed under: NVIDIA's runfile and Ubuntu's packages install
+# nvidia.ko; Debian's nvidia-kernel-dkms installs the same module as nvidia-current.ko (DKMS's
+# DEST_MODULE_NAME), which modinfo does not find as nvidia for a kernel not running. Loaded, the
+# module calls itself nvidia either way (/sys/module/nvidia).
+MODULE_FILES = ("nvidia", "nvidia-current")
+
+
 def module_state(root: str, modinfo: str, kernel: str = "") -> dict:
     loaded = (_read(os.path.join(root, "sys", "module", "nvidia", "version")) or "").strip() or None
     proc = _read(os.path.join(root, "proc", "driver", "nvidia", "version")) or ""
@@ -187,10 +195,13 @@ def module_state(root: str, modinfo: str, kernel: str = "") -> dict:
     on_disk = None
     if modinfo:
         at = ["-k", kernel] if kernel else []
-        rc, out, _ = _run([modinfo, *at, "-F", "version", "nvidia"])
-        on_disk = (out.strip() or None) if rc == 0 else None
+        for name in MODULE_FILES:
+            rc, out, _ = _run([modinfo, *at, "-F", "version", name])
+            on_disk = (out.strip() or None) if rc == 0 else None
+            if on_disk:
+                break
         if flavour is None and on_disk:
-            rc, out, _ = _run([modinfo, *at, "-F", "license", "nvidia"])
+            rc, out, _ = _run([modinfo, *at, "-F", "license", name])
             license_ = out.strip() if rc == 0 else ""
             flavour = "open" if "MIT" in license_ else ("proprietary" if license_ else None)
     return {"loaded": loaded, "on_disk": on_disk, "flavour": flavour}

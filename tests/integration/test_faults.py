@@ -14,6 +14,7 @@ import shlex
 import pytest
 import yaml
 from conftest import STANDINS, stack_paths
+from pci_bus import BUS, plant_bus
 from repo import REPO
 
 
@@ -70,22 +71,6 @@ def test_p40_selects_the_pascal_profile(host):
 
 
 # The driver layer reads the bus under driver_host_root: a stand-in tree of sysfs entries.
-BUS = "/srv/verl-p40-fixtures/bus"
-
-
-def plant_bus(host, device: str = "0x1b38", loaded: str | None = None) -> None:
-    """One NVIDIA 3D controller (a P40 by default) on the stand-in bus, unbound; an nvidia module
-    of version `loaded` in the running kernel, where given."""
-    card = BUS + "/sys/bus/pci/devices/0000:03:00.0"
-    lines = [
-        "rm -rf %s && mkdir -p %s" % (BUS, card),
-        "echo 0x10de > %s/vendor && echo %s > %s/device && echo 0x030200 > %s/class" % (card, device, card, card),
-    ]
-    if loaded:
-        lines.append("mkdir -p %s/sys/module/nvidia && echo %s > %s/sys/module/nvidia/version" % (BUS, loaded, BUS))
-    host.sh(" && ".join(lines))
-
-
 def test_the_driver_layer_under_never_stops_with_the_steps(host):
     plant_bus(host)
     run = host.play("--tags", "driver", driver_host_root=BUS, driver_install="never")

@@ -580,6 +580,21 @@ def test_the_kernel_asked_is_the_one_modinfo_reads(tmp_path: Path):
     assert facts(tmp_path, absent, modinfo=modinfo)["module"]["on_disk"] is None
 
 
+def test_debians_module_file_is_found_for_the_kernel_asked(tmp_path: Path):
+    """Debian's nvidia-kernel-dkms installs the module as nvidia-current.ko, which modinfo does not find
+    as nvidia (make driver-proof found the layer recording "driver None" for Debian 12's and 13's
+    real packages): the version and licence come from nvidia-current where nvidia is not found."""
+    modinfo = program(
+        tmp_path / "modinfo",
+        'if [ "$1" = -k ]; then [ "$2" = 6.12.57+deb13-amd64 ] || exit 1; shift 2; fi\n'
+        '[ "$3" = nvidia-current ] || { echo "modinfo: ERROR: Module $3 not found." >&2; exit 1; }\n'
+        'case "$2" in version) echo 550.163.01;; license) echo NVIDIA;; esac\n',
+    )
+    found = driver_info.module_state(str(tmp_path), modinfo, "6.12.57+deb13-amd64")
+    assert found == {"loaded": None, "on_disk": "550.163.01", "flavour": "proprietary"}
+    assert driver_info.module_state(str(tmp_path), modinfo, "6.1.0-41-amd64")["on_disk"] is None
+
+
 def test_nouveau_loaded_is_read_from_sys_module(tmp_path: Path):
     absent = str(tmp_path / "absent-nvidia-smi")
     assert facts(tmp_path, absent)["nouveau_loaded"] is False
