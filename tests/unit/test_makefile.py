@@ -14,6 +14,8 @@ import select
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 MOLECULE = str(REPO / ".venv" / "bin" / "molecule")
 
@@ -154,27 +156,28 @@ def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_stack_r
     assert all(" -v " in line for line in new + built)
 
 
-def test_debian_11_waits_for_the_new_host_faults_only_under_make_lanes():
-    """Alone, make bullseye runs no fault test; under make lanes it follows make faults-new."""
-    alone = shared("bullseye")
-    assert alone.returncode == 0, alone.stderr
-    assert "tests/integration/" not in alone.stdout and "molecule test -s bullseye" in alone.stdout
-    lanes = shared("LANES=1", "bullseye").stdout.splitlines()
-    at = [i for i, line in enumerate(lanes) if "tests/integration/" in line or "-s bullseye" in line]
-    assert ["bullseye" in lanes[i] for i in at] == [False, True], lanes
+def runs_of(*args: str) -> list[str]:
+    """What a dry run of make with `args` starts, in order: "integration" for a fault-test line, the
+    scenario's name for a molecule test line."""
+    done = shared(*args)
+    assert done.returncode == 0, done.stderr
+    runs = []
+    for line in done.stdout.splitlines():
+        scenario = re.search(r"molecule test -s (\w+)", line)
+        if scenario or "tests/integration/" in line:
+            runs.append(scenario.group(1) if scenario else "integration")
+    return runs
 
 
-def test_debian_13_follows_debian_11_only_under_make_lanes():
-    alone = shared("trixie")
-    assert alone.returncode == 0, alone.stderr
-    assert "-s bullseye" not in alone.stdout and "molecule test -s trixie" in alone.stdout
-    lanes = shared("LANES=1", "trixie").stdout.splitlines()
-    at = [i for i, line in enumerate(lanes) if "tests/integration/" in line or "molecule test -s" in line]
-    assert [re.search(r"integration|bullseye|trixie", lanes[i]).group(0) for i in at] == [
-        "integration",
-        "bullseye",
-        "trixie",
-    ], lanes
+@pytest.mark.parametrize(
+    ("target", "under_lanes"),
+    [("bullseye", ["integration", "bullseye"]), ("trixie", ["integration", "bullseye", "trixie"])],
+)
+def test_the_system_layer_scenarios_wait_their_turn_only_under_make_lanes(target: str, under_lanes: list[str]):
+    """Alone, make bullseye (Debian 11) and make trixie (13) run their own scenario and nothing else;
+    under make lanes Debian 11 follows the fault tests on new hosts, and Debian 13 follows Debian 11."""
+    assert runs_of(target) == [target]
+    assert runs_of("LANES=1", target) == under_lanes
 
 
 def test_make_molecule_runs_every_scenario():
