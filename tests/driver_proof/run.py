@@ -108,14 +108,21 @@ class Workdirs:
 def checks(release: str, kernel: str, found: dict[str, Any]) -> dict[str, bool]:
     """What must hold after the two runs, each by name (the result file keeps them all)."""
     branch = str(BRANCH[release])
+
+    def waits(record: dict[str, Any]) -> bool:
+        details = record.get("details") or {}
+        return (
+            record.get("status") == "complete"
+            and details.get("source") == "distro"
+            and details.get("flavour") == "proprietary"
+            and details.get("reboot_pending") is True
+        )
+
     record = found["record"]
-    details = record.get("details") or {}
     return {
         "first run stops for the reboot": found["runs"][0]["rc"] != 0 and found["runs"][0]["asks_reboot"],
-        "record: complete, distro, proprietary, reboot pending": record.get("status") == "complete"
-        and details.get("source") == "distro"
-        and details.get("flavour") == "proprietary"
-        and details.get("reboot_pending") is True,
+        "record after each run: complete, distro, proprietary, reboot pending": waits(found["record_after_first"])
+        and waits(record),
         "record: Debian's branch": str(record.get("version", "")).startswith(branch + "."),
         "packages installed at Debian's branch": all(
             found["packages"].get(name, "").startswith(branch + ".") for name in PACKAGES
@@ -128,6 +135,8 @@ def checks(release: str, kernel: str, found: dict[str, Any]) -> dict[str, bool]:
         "nouveau blacklisted": "blacklist nouveau" in found["nouveau"],
         "second run installs nothing and still waits": found["runs"][1]["rc"] != 0
         and found["runs"][1]["asks_reboot"]
+        and found["dpkg_log_after_first"].isdigit()
+        and int(found["dpkg_log_after_first"]) > 0
         and found["dpkg_log_after_second"] == found["dpkg_log_after_first"],
     }
 
@@ -148,13 +157,16 @@ def prove(release: str, workdirs: Workdirs, keep: bool) -> dict[str, Any]:
         plant_bus(host)
         runs = []
         dpkg_logs = []
+        records = []
         for _ in range(2):
             start = time.monotonic()
             done = host.play("--tags", "driver", **driver_vars(kernel))
             seconds = round(time.monotonic() - start, 1)
             out = " ".join(done.output.split())
             runs.append({"rc": done.returncode, "seconds": seconds, "asks_reboot": AGAIN in out, "tail": out[-1500:]})
-            dpkg_logs.append(host.sh("grep -c ' install ' /var/log/dpkg.log || true").stdout.strip())
+            records.append(host.state("driver"))
+            # dpkg's log lines of packages installed or upgraded so far (none: no log, which fails the check).
+            dpkg_logs.append(host.sh("grep -cE ' (install|upgrade) ' /var/log/dpkg.log", check=False).stdout.strip())
             print("Debian %s: run %d: exit %d in %.1f s" % (release, len(runs), done.returncode, seconds), flush=True)
         # The module under the names the layer reads it by (library/driver_info.py): Debian's is nvidia-current.
         for name in driver_info.MODULE_FILES:
@@ -172,7 +184,8 @@ def prove(release: str, workdirs: Workdirs, keep: bool) -> dict[str, Any]:
             "os": host.sh(". /etc/os-release && echo $PRETTY_NAME").stdout.strip(),
             "kernel": kernel,
             "runs": runs,
-            "record": host.state("driver"),
+            "record_after_first": records[0],
+            "record": records[1],
             "packages": dict(line.split(" ", 1) for line in query.splitlines() if " " in line),
             "dkms": host.sh("dkms status", check=False).stdout.strip(),
             "modinfo": modinfo,

@@ -25,8 +25,8 @@ def compiler(tmp_path: Path, **extra: object) -> tuple[int, list[tuple[str, dict
     the role's first task."""
     task = {"name": "The compiler", "ansible.builtin.include_role": {"name": "cuda", "tasks_from": "compiler.yml"}}
     files = {
-        "cuda_compiler_apt_sources": str(tmp_path / "gcc-11.sources"),
-        "cuda_compiler_apt_preferences": str(tmp_path / "gcc-11"),
+        "cuda_compiler_apt_sources": str(tmp_path / "sources.list.d" / "gcc-11.sources"),
+        "cuda_compiler_apt_preferences": str(tmp_path / "preferences.d" / "gcc-11"),
     }
     done = run_play(tmp_path, [task], "--check", "--diff", "-e", json.dumps({**TRIXIE, **files, **extra}), **PLAY)
     tasks = json.loads(done.stdout)["plays"][0]["tasks"][1:]
@@ -52,7 +52,7 @@ def test_debian_13_takes_gcc_11_from_bookworm_pinned_below_the_release(tmp_path:
     assert "\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n" in source
     pin = found["Cuda | Pin below this release the suite bookworm"]["diff"][0]["after"]
     assert "\nPackage: *\nPin: release n=bookworm\nPin-Priority: 1\n" in pin
-    assert not (tmp_path / "gcc-11.sources").exists() and not (tmp_path / "gcc-11").exists()
+    assert not (tmp_path / "sources.list.d").exists() and not (tmp_path / "preferences.d").exists()
 
 
 def test_a_compiler_of_the_users_own_needs_no_suite(tmp_path: Path):
@@ -83,6 +83,15 @@ def test_none_on_debian_13_stops_before_apt_naming_what_to_do(tmp_path: Path):
         ("cuda_compiler_apt_uri", "ftp://archive.example/debian"),
         ("cuda_compiler_apt_uri", "http://archive.example/debian bookworm"),
         ("cuda_compiler_apt_keyring", "keyring.gpg"),
+        # An alias matches no pin of n=<codename>, and the host's own release pinned at 1 stops its updates.
+        ("cuda_compiler_apt_suite", "oldstable"),
+        ("cuda_compiler_apt_suite", "trixie"),
+        # A newline would end the deb822 stanza (Python's $ lets one through; the check anchors at \Z).
+        ("cuda_compiler_apt_uri", "http://archive.example/debian\n"),
+        ("cuda_compiler_apt_suite", "bookworm\n"),
+        # Names apt ignores (or reads in another format).
+        ("cuda_compiler_apt_sources", "/etc/apt/sources.list.d/verl-p40-gcc-11.list"),
+        ("cuda_compiler_apt_preferences", "/etc/apt/preferences.d/verl-p40-gcc-11.conf"),
     ],
 )
 def test_a_bad_suite_archive_or_keyring_stops_before_anything_is_written(tmp_path: Path, variable: str, value: str):
@@ -90,5 +99,5 @@ def test_a_bad_suite_archive_or_keyring_stops_before_anything_is_written(tmp_pat
     assert rc != 0
     name, msg = failure(results)
     assert name == "Cuda | Check the suite and the archive to take gcc 11 from"
-    assert variable in msg and value in msg
+    assert variable in msg and value.strip() in msg
     assert not any(name.startswith(("Cuda | Write", "Cuda | Pin", "Cuda | Install")) for name, _ in results)

@@ -90,6 +90,11 @@ GOOD: dict[str, Any] = {
         {"rc": 2, "asks_reboot": True},
         {"rc": 2, "asks_reboot": True},
     ],
+    "record_after_first": {
+        "status": "complete",
+        "version": "550.163.01",
+        "details": {"source": "distro", "flavour": "proprietary", "reboot_pending": True},
+    },
     "record": {
         "status": "complete",
         "version": "550.163.01",
@@ -128,8 +133,17 @@ def test_a_good_run_holds_every_check():
     [
         ("runs.0.rc", 0, "first run stops for the reboot"),
         ("runs.0.asks_reboot", False, "first run stops for the reboot"),
-        ("record.details.reboot_pending", False, "record: complete, distro, proprietary, reboot pending"),
-        ("record.details.source", "runfile", "record: complete, distro, proprietary, reboot pending"),
+        (
+            "record.details.reboot_pending",
+            False,
+            "record after each run: complete, distro, proprietary, reboot pending",
+        ),
+        ("record.details.source", "runfile", "record after each run: complete, distro, proprietary, reboot pending"),
+        (
+            "record_after_first.status",
+            "building",
+            "record after each run: complete, distro, proprietary, reboot pending",
+        ),
         ("record.version", "535.261.03", "record: Debian's branch"),
         ("packages.libcuda1", "", "packages installed at Debian's branch"),
         ("dkms", "nvidia-current/550.163.01, 6.1.0-41-amd64, x86_64: installed", "dkms: installed for the kernel"),
@@ -145,3 +159,11 @@ def test_a_good_run_holds_every_check():
 def test_each_check_fails_on_its_broken_case(path: str, value: Any, check: str):
     found = proof.checks("13", KERNEL, broken(path, value))
     assert [name for name, ok in found.items() if not ok] == [check]
+
+
+def test_no_dpkg_log_proves_no_install_either():
+    # grep's count is empty without a log, and equal to itself after both runs.
+    found = dict(copy.deepcopy(GOOD), dpkg_log_after_first="", dpkg_log_after_second="")
+    assert [name for name, ok in proof.checks("13", KERNEL, found).items() if not ok] == [
+        "second run installs nothing and still waits"
+    ]
