@@ -35,6 +35,7 @@ written), 2 usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -49,19 +50,24 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "tests" / "fixtures"), str(REPO / "tests" / "standins"), str(REPO / "library")]
+sys.path[:0] = [
+    str(REPO / "tests" / "fixtures"),
+    str(REPO / "tests" / "standins"),
+    str(REPO / "library"),
+    str(REPO / "filter_plugins"),
+]
 import driver_info  # noqa: E402 - after the path above
 import playbook  # noqa: E402
+from driver import AGAIN, DEBIAN_DISTRO_BRANCH  # noqa: E402
 from pci_bus import BUS, plant_bus  # noqa: E402
 from repo import load_file  # noqa: E402
 
 IMAGE = "localhost/verl-p40-debian:{release}"
 RELEASES = ("12", "13")
-# Debian's non-free driver per release, as the driver layer's table has it (filter_plugins/driver.py).
-BRANCH = {"12": 535, "13": 550}
+# Debian's non-free driver per release: the driver layer's own table (filter_plugins/driver.py).
+BRANCH = {release: DEBIAN_DISTRO_BRANCH[release] for release in RELEASES}
 COMPONENTS = ("contrib", "non-free", "non-free-firmware")
 PACKAGES = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1")
-AGAIN = "reboot, then run the same command again"
 
 
 def with_components(sources: str, components: tuple[str, ...] = COMPONENTS) -> str:
@@ -142,66 +148,71 @@ def checks(release: str, kernel: str, found: dict[str, Any]) -> dict[str, bool]:
 
 
 def prove(release: str, workdirs: Workdirs, keep: bool) -> dict[str, Any]:
+    """measure() on a new container of the release's image (the fault tests' container()), removed
+    after unless `keep`."""
     faults = load_file(REPO / "tests" / "integration" / "conftest.py", "driver_proof_fault_conftest")
-    image = IMAGE.format(release=release)
-    context = faults.container([image], workdirs)
-    host = context.__enter__()
-    try:
-        sources = host.sh("cat /etc/apt/sources.list").stdout
-        host.sh("cat > /etc/apt/sources.list <<'EOF'\n%sEOF" % with_components(sources))
-        host.sh(
-            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
-            " initramfs-tools >/dev/null"
-        )
-        kernel = debian_kernel(host.sh("apt-cache depends linux-headers-amd64").stdout)
-        plant_bus(host)
-        runs = []
-        dpkg_logs = []
-        records = []
-        for _ in range(2):
-            start = time.monotonic()
-            done = host.play("--tags", "driver", **driver_vars(kernel))
-            seconds = round(time.monotonic() - start, 1)
-            out = " ".join(done.output.split())
-            runs.append({"rc": done.returncode, "seconds": seconds, "asks_reboot": AGAIN in out, "tail": out[-1500:]})
-            records.append(host.state("driver"))
-            # dpkg's log lines of packages installed or upgraded so far (none: no log, which fails the check).
-            dpkg_logs.append(host.sh("grep -cE ' (install|upgrade) ' /var/log/dpkg.log", check=False).stdout.strip())
-            print("Debian %s: run %d: exit %d in %.1f s" % (release, len(runs), done.returncode, seconds), flush=True)
-        # The module under the names the layer reads it by (library/driver_info.py): Debian's is nvidia-current.
-        for name in driver_info.MODULE_FILES:
-            if host.sh("modinfo -k %s -F version %s" % (kernel, name), check=False).stdout.strip():
-                break
-        modinfo = {"name": name}
-        for field in ("version", "license", "vermagic", "filename"):
-            modinfo[field] = host.sh("modinfo -k %s -F %s %s" % (kernel, field, name), check=False).stdout.strip()
-        query = host.sh(
-            "dpkg-query -W -f='${Package} ${Version}\\n' %s linux-headers-%s" % (" ".join(PACKAGES), kernel),
-            check=False,
-        ).stdout
-        found: dict[str, Any] = {
-            "image": image,
-            "os": host.sh(". /etc/os-release && echo $PRETTY_NAME").stdout.strip(),
-            "kernel": kernel,
-            "runs": runs,
-            "record_after_first": records[0],
-            "record": records[1],
-            "packages": dict(line.split(" ", 1) for line in query.splitlines() if " " in line),
-            "dkms": host.sh("dkms status", check=False).stdout.strip(),
-            "modinfo": modinfo,
-            "held": host.sh("apt-mark showhold").stdout.split(),
-            "nouveau": host.sh("cat /etc/modprobe.d/verl-p40-nouveau.conf", check=False).stdout,
-            "dpkg_log_after_first": dpkg_logs[0],
-            "dpkg_log_after_second": dpkg_logs[1],
-        }
-        found["checks"] = checks(release, kernel, found)
-        found["proven"] = all(found["checks"].values())
-        return found
-    finally:
-        if keep:
-            print("kept: podman exec -it %s bash" % host.name)
-        else:
-            context.__exit__(None, None, None)
+    with contextlib.ExitStack() as stack:
+        host = stack.enter_context(faults.container([IMAGE.format(release=release)], workdirs))
+        try:
+            return measure(release, host)
+        finally:
+            if keep:
+                stack.pop_all()
+                print("kept: podman exec -it %s bash" % host.name)
+
+
+def measure(release: str, host: Any) -> dict[str, Any]:
+    """The driver layer's distro path twice on `host`, and what it left: the result of one release."""
+    sources = host.sh("cat /etc/apt/sources.list").stdout
+    host.sh("cat > /etc/apt/sources.list <<'EOF'\n%sEOF" % with_components(sources))
+    host.sh(
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends"
+        " initramfs-tools >/dev/null"
+    )
+    kernel = debian_kernel(host.sh("apt-cache depends linux-headers-amd64").stdout)
+    plant_bus(host)
+    runs = []
+    dpkg_logs = []
+    records = []
+    for _ in range(2):
+        start = time.monotonic()
+        done = host.play("--tags", "driver", **driver_vars(kernel))
+        seconds = round(time.monotonic() - start, 1)
+        out = " ".join(done.output.split())
+        runs.append({"rc": done.returncode, "seconds": seconds, "asks_reboot": AGAIN in out, "tail": out[-1500:]})
+        records.append(host.state("driver"))
+        # dpkg's log lines of packages installed or upgraded so far (none: no log, which fails the check).
+        dpkg_logs.append(host.sh("grep -cE ' (install|upgrade) ' /var/log/dpkg.log", check=False).stdout.strip())
+        print("Debian %s: run %d: exit %d in %.1f s" % (release, len(runs), done.returncode, seconds), flush=True)
+    # The module under the names the layer reads it by (library/driver_info.py): Debian's is nvidia-current.
+    for name in driver_info.MODULE_FILES:
+        if host.sh("modinfo -k %s -F version %s" % (kernel, name), check=False).stdout.strip():
+            break
+    modinfo = {"name": name}
+    for field in ("version", "license", "vermagic", "filename"):
+        modinfo[field] = host.sh("modinfo -k %s -F %s %s" % (kernel, field, name), check=False).stdout.strip()
+    query = host.sh(
+        "dpkg-query -W -f='${Package} ${Version}\\n' %s linux-headers-%s" % (" ".join(PACKAGES), kernel),
+        check=False,
+    ).stdout
+    found: dict[str, Any] = {
+        "image": IMAGE.format(release=release),
+        "os": host.sh(". /etc/os-release && echo $PRETTY_NAME").stdout.strip(),
+        "kernel": kernel,
+        "runs": runs,
+        "record_after_first": records[0],
+        "record": records[1],
+        "packages": dict(line.split(" ", 1) for line in query.splitlines() if " " in line),
+        "dkms": host.sh("dkms status", check=False).stdout.strip(),
+        "modinfo": modinfo,
+        "held": host.sh("apt-mark showhold").stdout.split(),
+        "nouveau": host.sh("cat /etc/modprobe.d/verl-p40-nouveau.conf", check=False).stdout,
+        "dpkg_log_after_first": dpkg_logs[0],
+        "dpkg_log_after_second": dpkg_logs[1],
+    }
+    found["checks"] = checks(release, kernel, found)
+    found["proven"] = all(found["checks"].values())
+    return found
 
 
 def git(*args: str) -> str:

@@ -49,6 +49,8 @@ def test_make_driver_proof_runs_the_script_outside_make_test():
 def test_the_debian_table_is_the_driver_layers():
     driver = load_file(REPO / "filter_plugins" / "driver.py", "driver_filters_for_proof")
     assert proof.BRANCH == {release: driver.DEBIAN_DISTRO_BRANCH[release] for release in proof.RELEASES}
+    # What docs/driver.md and the result files name: Debian 12's R535, 13's R550.
+    assert proof.BRANCH == {"12": 535, "13": 550}
 
 
 @pytest.mark.parametrize(
