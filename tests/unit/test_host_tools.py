@@ -20,6 +20,7 @@ def test_catatonit_is_installed_and_checked():
     gone = host_tools.missing(which=lambda name: "/usr/bin/" + name, exists=lambda path: False)
     assert [(program, package) for program, package, _ in gone] == [
         ("/usr/libexec/podman/catatonit", "catatonit"),
+        ("/usr/share/keyrings/debian-archive-trixie-automatic.gpg", "debian-archive-keyring"),
         ("/etc/ssl/certs/ca-certificates.crt", "ca-certificates"),
     ]
 
