@@ -691,7 +691,8 @@ def driver_plan(
     }
     if source == "distro" and distribution == "ubuntu":
         name = "%d-server%s" % (int(branch), "-open" if flavour == "open" else "")
-        userspace = ["nvidia-headless-no-dkms-" + name, "nvidia-utils-" + name]
+        # nvidia-compute-utils ships nvidia-persistenced and its systemd unit.
+        userspace = ["nvidia-headless-no-dkms-" + name, "nvidia-utils-" + name, "nvidia-compute-utils-" + name]
         signed = "linux-modules-nvidia-%s-%s" % (name, kernel)
         if prebuilt is False:
             plan.update(modules="dkms", packages=headers + ["nvidia-dkms-" + name] + userspace)
@@ -718,7 +719,8 @@ def driver_plan(
             problems.append("driver_source distro on Debian: the layer installs the proprietary modules only")
         if version == "11":
             plan["components"] = ["contrib", "non-free"]
-        kept = ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"]
+        # nvidia-persistenced (contrib) brings its systemd unit and enables it.
+        kept = ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "nvidia-persistenced"]
         plan.update(packages=headers + kept, hold=list(kept))
     elif source == "runfile":
         entry = dict(runfile or {})

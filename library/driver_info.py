@@ -16,14 +16,15 @@ description:
     (C(/proc/driver/nvidia/version) names the open kernel modules), the version on disk
     (C(modinfo -F version nvidia), else C(nvidia-current), the name Debian's nvidia-kernel-dkms installs
     it under), and what C(nvidia-smi) reports. Also whether nouveau is loaded,
-    the running kernel's release and the Secure Boot state (C(mokutil --sb-state)).
+    the running kernel's release, the Secure Boot state (C(mokutil --sb-state)), where
+    C(nvidia-persistenced) is and whether systemd runs the host (C(run/systemd/system) is a directory).
   - Never changes anything. The decisions (which branch, install or keep) are the driver layer's
     filters (filter_plugins/driver.py), on the controller.
 options:
   root:
     description:
-      - The directory under which C(sys/) and C(proc/) are read. V(/) on a host; a test points it
-        at a stand-in tree.
+      - The directory under which C(sys/), C(proc/) and C(run/) are read. V(/) on a host; a test
+        points it at a stand-in tree.
     type: path
     default: /
   nvidia_smi:
@@ -93,7 +94,9 @@ nvidia_smi:
     driver_version: {description: The driver version it reports, or null., type: str, sample: "580.105.08"}
     gpus: {description: How many GPUs it lists., type: int, sample: 1}
     cards:
-      description: Each GPU it lists, bus_id, name, memory_mib (what the card reports; 22919 for a P40 with ECC on) and ecc (Enabled, Disabled, [N/A]).
+      description:
+        - Each GPU it lists, bus_id, name, memory_mib (what the card reports; 22919 for a P40 with ECC on),
+          ecc (Enabled, Disabled, [N/A]) and persistence_mode (Enabled, Disabled).
       type: list
       elements: dict
     error: {description: Its error output where it failed., type: str, sample: ""}
@@ -122,6 +125,15 @@ kernel:
 secure_boot:
   description: enabled, disabled, or unknown (mokutil missing or not answering); disabled without EFI.
   type: str
+  returned: always
+persistenced_path:
+  description: The nvidia-persistenced beside the nvidia-smi found, else the one on PATH, or null.
+  type: str
+  returned: always
+  sample: /usr/bin/nvidia-persistenced
+systemd:
+  description: Whether systemd runs the host (what sd_booted() asks); false in most containers.
+  type: bool
   returned: always
 """
 
@@ -207,7 +219,7 @@ def module_state(root: str, modinfo: str, kernel: str = "") -> dict:
     return {"loaded": loaded, "on_disk": on_disk, "flavour": flavour}
 
 
-SMI_FIELDS = ("driver_version", "pci.bus_id", "name", "memory.total", "ecc.mode.current")
+SMI_FIELDS = ("driver_version", "pci.bus_id", "name", "memory.total", "ecc.mode.current", "persistence_mode")
 
 
 def smi_state(nvidia_smi: str) -> dict:
@@ -224,6 +236,7 @@ def smi_state(nvidia_smi: str) -> dict:
                 "name": values[2],
                 "memory_mib": int(memory) if memory.isdigit() else None,
                 "ecc": values[4],
+                "persistence_mode": values[5],
             }
         )
         version = values[0]
@@ -254,6 +267,15 @@ def smi_path(nvidia_smi: str) -> str | None:
     return nvidia_smi if os.path.sep in nvidia_smi else shutil.which(nvidia_smi)
 
 
+def persistenced_path(smi: str | None) -> str | None:
+    """nvidia-persistenced where the driver put it: beside nvidia-smi, else on PATH."""
+    if smi:
+        beside = os.path.join(os.path.dirname(os.path.realpath(smi)), "nvidia-persistenced")
+        if os.path.isfile(beside) and os.access(beside, os.X_OK):
+            return beside
+    return shutil.which("nvidia-persistenced")
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -273,6 +295,7 @@ def run_module() -> None:
         "working": smi["rc"] == 0 and smi["gpus"] > 0,
         "flavour": kernel_module["flavour"],
     }
+    smi_found = smi_path(module.params["nvidia_smi"])
     module.exit_json(
         changed=False,
         devices=pci_devices(root),
@@ -280,9 +303,11 @@ def run_module() -> None:
         nvidia_smi=smi,
         installed=installed,
         nouveau_loaded=os.path.isdir(os.path.join(root, "sys", "module", "nouveau")),
-        nvidia_smi_path=smi_path(module.params["nvidia_smi"]),
+        nvidia_smi_path=smi_found,
         kernel=os.uname().release,
         secure_boot=secure_boot(root, module.params["mokutil"]),
+        persistenced_path=persistenced_path(smi_found),
+        systemd=os.path.isdir(os.path.join(root, "run", "systemd", "system")),
     )
 
 

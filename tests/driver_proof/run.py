@@ -4,7 +4,8 @@
     python tests/driver_proof/run.py [--releases 12 13] [--out docs/driver-proof] [--keep] [--dry-run]
 
 The driver layer's `driver_source: distro` on Debian installs the non-free packages
-(nvidia-kernel-dkms, nvidia-smi, libcuda1: R535 on Debian 12, R550 on 13) and DKMS builds
+(nvidia-kernel-dkms, nvidia-smi, libcuda1, nvidia-persistenced: R535 on Debian 12, R550 on 13;
+the layer's plan names them) and DKMS builds
 NVIDIA's kernel module. CI's fault tests run the layer's runfile path against a stand-in; this
 runs the distro path with Debian's real packages, which CI's 30 minutes cannot hold (a real
 module build takes minutes of both cores). For each release (docs/driver.md says why, and what
@@ -20,7 +21,8 @@ stays unproven):
    booted, as after a kernel upgrade);
 3. `ansible-playbook site.yml --tags driver -e driver_source=distro`: the layer installs the
    headers and the packages, DKMS builds and installs the module for that kernel, the branch is
-   held, nouveau is blacklisted, and the run stops asking for a reboot, its record saying so;
+   held, nouveau is blacklisted, nvidia-persistenced's unit is enabled for the next boot (its
+   package does that), and the run stops asking for a reboot, its record saying so;
    then the same command again, which must install nothing and still wait for the reboot;
 4. writes <out>/<date>.json: per release, the kernel, the packages' versions, `dkms status`,
    `modinfo -k` of the built module (version, licence, vermagic), the holds, the record, each
@@ -58,7 +60,7 @@ sys.path[:0] = [
 ]
 import driver_info  # noqa: E402 - after the path above
 import playbook  # noqa: E402
-from driver import AGAIN, DEBIAN_DISTRO_BRANCH  # noqa: E402
+from driver import AGAIN, DEBIAN_DISTRO_BRANCH, driver_plan  # noqa: E402
 from pci_bus import BUS, plant_bus  # noqa: E402
 from repo import load_file  # noqa: E402
 
@@ -67,7 +69,13 @@ RELEASES = ("12", "13")
 # Debian's non-free driver per release: the driver layer's own table (filter_plugins/driver.py).
 BRANCH = {release: DEBIAN_DISTRO_BRANCH[release] for release in RELEASES}
 COMPONENTS = ("contrib", "non-free", "non-free-firmware")
-PACKAGES = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1")
+PERSISTENCED_UNIT = "/lib/systemd/system/nvidia-persistenced.service"
+PERSISTENCED_ENABLED = "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service"
+
+
+def packages(release: str) -> tuple[str, ...]:
+    """The packages the layer installs and holds on this release: its own plan's (filter_plugins/driver.py)."""
+    return tuple(driver_plan({"distribution": "Debian", "version": release, "kernel": "any"}, source="distro")["hold"])
 
 
 def with_components(sources: str, components: tuple[str, ...] = COMPONENTS) -> str:
@@ -131,13 +139,14 @@ def checks(release: str, kernel: str, found: dict[str, Any]) -> dict[str, bool]:
         and waits(record),
         "record: Debian's branch": str(record.get("version", "")).startswith(branch + "."),
         "packages installed at Debian's branch": all(
-            found["packages"].get(name, "").startswith(branch + ".") for name in PACKAGES
+            found["packages"].get(name, "").startswith(branch + ".") for name in packages(release)
         ),
         "dkms: installed for the kernel": bool(re.search(r"\b%s\b.*: installed" % re.escape(kernel), found["dkms"])),
         "module: NVIDIA's licence and version": found["modinfo"].get("license") == "NVIDIA"
         and found["modinfo"].get("version", "").startswith(branch + "."),
         "module: built for the kernel": found["modinfo"].get("vermagic", "").split(" ")[0] == kernel,
-        "branch held": set(PACKAGES) <= set(found["held"]),
+        "branch held": set(packages(release)) <= set(found["held"]),
+        "nvidia-persistenced enabled for boot": found["persistenced"] == {"unit": True, "enabled": True},
         "nouveau blacklisted": "blacklist nouveau" in found["nouveau"],
         "second run installs nothing and still waits": found["runs"][1]["rc"] != 0
         and found["runs"][1]["asks_reboot"]
@@ -192,7 +201,7 @@ def measure(release: str, host: Any) -> dict[str, Any]:
     for field in ("version", "license", "vermagic", "filename"):
         modinfo[field] = host.sh("modinfo -k %s -F %s %s" % (kernel, field, name), check=False).stdout.strip()
     query = host.sh(
-        "dpkg-query -W -f='${Package} ${Version}\\n' %s linux-headers-%s" % (" ".join(PACKAGES), kernel),
+        "dpkg-query -W -f='${Package} ${Version}\\n' %s linux-headers-%s" % (" ".join(packages(release)), kernel),
         check=False,
     ).stdout
     found: dict[str, Any] = {
@@ -207,6 +216,11 @@ def measure(release: str, host: Any) -> dict[str, Any]:
         "modinfo": modinfo,
         "held": host.sh("apt-mark showhold").stdout.split(),
         "nouveau": host.sh("cat /etc/modprobe.d/verl-p40-nouveau.conf", check=False).stdout,
+        # The unit Debian's package installs, and the link its postinst makes to start it at boot.
+        "persistenced": {
+            "unit": host.exists(PERSISTENCED_UNIT),
+            "enabled": host.sh("test -L " + PERSISTENCED_ENABLED, check=False).returncode == 0,
+        },
         "dpkg_log_after_first": dpkg_logs[0],
         "dpkg_log_after_second": dpkg_logs[1],
     }

@@ -2,7 +2,8 @@
 
 In CI's containers the bus has no NVIDIA device: the record says so and the layer changed nothing
 (no blacklist, no held package). On a GPU host (molecule -s p40) nvidia-smi lists every card the
-bus has, under the recorded branch, with the proprietary modules where a card older than Turing is.
+bus has, under the recorded branch, with the proprietary modules where a card older than Turing is,
+and nvidia-persistenced keeps every card in persistence mode.
 """
 
 # NVIDIA (0x10de) display devices (class 0x03xx) on the bus, as the layer's driver_info reads them.
@@ -28,6 +29,8 @@ def test_the_driver_drives_every_card_or_nothing_was_changed(host, layer_state):
         # CI's containers: nothing to drive, and nothing changed.
         assert record["details"]["action"] == "none" and record["version"] == "none"
         assert record["details"]["reason"] == "no NVIDIA display device on the PCI bus"
+        assert record["details"]["persistenced"] is None
+        assert not host.file("/etc/systemd/system/nvidia-persistenced.service").exists
         assert not host.file("/etc/modprobe.d/verl-p40-nouveau.conf").exists
         held = host.run("apt-mark showhold").stdout.split()
         assert [name for name in held if "nvidia" in name] == []
@@ -43,3 +46,8 @@ def test_the_driver_drives_every_card_or_nothing_was_changed(host, layer_state):
         proc = host.file("/proc/driver/nvidia/version").content_string
         assert "Open Kernel Module" not in proc
     assert "nouveau" not in host.run("cat /proc/modules").stdout.split()
+    # A GPU host runs systemd: the persistence daemon runs and every card is in persistence mode.
+    assert record["details"]["persistenced"] == "running"
+    assert host.service("nvidia-persistenced").is_running and host.service("nvidia-persistenced").is_enabled
+    modes = host.run("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").stdout.split()
+    assert modes == ["Enabled"] * len(gpus), modes

@@ -151,7 +151,7 @@ def test_secure_boot_without_a_key_stops_before_anything_changes(host):
 
 P40_R580_SMI = r"""#!/bin/sh
 case "$1" in
-  --query-gpu=driver_version,*) echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled' ;;
+  --query-gpu=driver_version,*) echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled, Disabled' ;;
   *) echo '0, Tesla P40, 6.1, 22919, 580.105.08, 00000000:03:00.0' ;;
 esac
 """
@@ -173,8 +173,10 @@ def test_the_runfile_path_builds_with_dkms_and_waits_for_the_reboot(host):
         host.sh(
             "dkms remove -m nvidia -v 580.105.08 --all >/dev/null 2>&1; rm -rf /usr/src/nvidia-580.105.08"
             " /usr/bin/nvidia-smi /usr/local/bin/nvidia-smi /etc/modprobe.d/verl-p40-nouveau.conf"
+            " /usr/bin/nvidia-persistenced /etc/systemd/system/nvidia-persistenced.service"
             " /var/log/nvidia-installer.log /var/lib/verl-p40/layers/driver.json"
-            " /var/lib/verl-p40/layers/trees/driver.json; rmdir /var/lib/verl-p40/layers/trees",
+            " /var/lib/verl-p40/layers/trees/driver.json; rmdir /var/lib/verl-p40/layers/trees;"
+            " userdel nvidia-persistenced",
             check=False,
         )
 
@@ -228,8 +230,24 @@ def runfile_path(host) -> None:
     record = host.state("driver")
     assert record["details"]["reboot_pending"] is False and record["details"]["action"] == "keep"
     assert record["details"]["cards"] == [
-        {"bus_id": "00000000:03:00.0", "name": "Tesla P40", "memory_mib": 22919, "ecc": "Enabled"}
+        {
+            "bus_id": "00000000:03:00.0",
+            "name": "Tesla P40",
+            "memory_mib": 22919,
+            "ecc": "Enabled",
+            "persistence_mode": "Disabled",
+        }
     ]
+    # The runfile brings nvidia-persistenced without a unit: the layer writes one and makes its
+    # user; a container has no systemd to start it with, and the record says so.
+    assert record["details"]["persistenced"] == "not started: systemd does not run this host"
+    assert "nvidia-persistenced: not started: systemd does not run this host" in " ".join(run.output.split())
+    unit = host.sh("cat /etc/systemd/system/nvidia-persistenced.service").stdout
+    assert 'ExecStart="/usr/bin/nvidia-persistenced" "--user" "nvidia-persistenced"\n' in unit
+    assert "Type=forking\n" in unit and "RuntimeDirectory=nvidia-persistenced\n" in unit
+    assert "WantedBy=multi-user.target" in unit
+    user = host.sh("getent passwd nvidia-persistenced").stdout.strip().split(":")
+    assert int(user[2]) < 1000 and user[6] == "/usr/sbin/nologin", user
 
 
 TWO_P40_SMI = r"""#!/bin/sh

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -278,6 +279,7 @@ def test_ubuntu_takes_its_r580_server_packages_prebuilt_where_they_exist():
         "linux-modules-nvidia-580-server-5.15.0-91-generic",
         "nvidia-headless-no-dkms-580-server",
         "nvidia-utils-580-server",
+        "nvidia-compute-utils-580-server",
     ]
     assert plan["hold"] == plan["packages"] and not plan["problems"]
     assert not any("open" in name for name in plan["packages"])
@@ -312,8 +314,9 @@ def test_debian_takes_nvidias_runfile_by_default():
 def test_debian_distro_packages_are_535_on_12_550_on_13_and_refused_on_11():
     twelve = driver.driver_plan(DEBIAN, source="distro")
     assert (twelve["method"], twelve["branch"]) == ("apt", 535)
-    assert twelve["packages"] == ["linux-headers-6.1.0-28-amd64", "nvidia-kernel-dkms", "nvidia-smi", "libcuda1"]
-    assert twelve["hold"] == ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"] and not twelve["problems"]
+    kept = ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "nvidia-persistenced"]
+    assert twelve["packages"] == ["linux-headers-6.1.0-28-amd64"] + kept
+    assert twelve["hold"] == kept and not twelve["problems"]
     assert driver.driver_plan(dict(DEBIAN, version="13"), source="distro")["branch"] == 550
     eleven = driver.driver_plan(dict(DEBIAN, version="11.11"), source="distro")
     assert "Debian 11's non-free driver is R470" in eleven["problems"][0]
@@ -411,10 +414,13 @@ def test_the_loaded_module_its_flavour_and_the_one_on_disk(tmp_path: Path):
 def test_nvidia_smi_working_failing_and_missing(tmp_path: Path):
     two = program(
         tmp_path / "smi-two",
-        'test "$1" = --query-gpu=driver_version,pci.bus_id,name,memory.total,ecc.mode.current || exit 2\n'
+        'test "$1" = --query-gpu=driver_version,pci.bus_id,name,memory.total,ecc.mode.current,persistence_mode'
+        " || exit 2\n"
         'test "$2" = --format=csv,noheader,nounits || exit 2\n'
-        "echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled'\n"
-        "echo '580.105.08, 00000000:04:00.0, Tesla P100-PCIE-16GB, 16384, Disabled'\n"
+        "echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled, Enabled'\n"
+        "echo '580.105.08, 00000000:04:00.0, Tesla P100-PCIE-16GB, 16384, Disabled, Disabled'\n"
+        # The five fields of the query before persistence_mode was asked for: not a card.
+        "echo '580.105.08, 00000000:05:00.0, Tesla P40, 22919, Enabled'\n"
         "echo 'a line that is not a card'\n",
     )
     assert driver_info.smi_state(two) == {
@@ -422,8 +428,20 @@ def test_nvidia_smi_working_failing_and_missing(tmp_path: Path):
         "driver_version": "580.105.08",
         "gpus": 2,
         "cards": [
-            {"bus_id": "00000000:03:00.0", "name": "Tesla P40", "memory_mib": 22919, "ecc": "Enabled"},
-            {"bus_id": "00000000:04:00.0", "name": "Tesla P100-PCIE-16GB", "memory_mib": 16384, "ecc": "Disabled"},
+            {
+                "bus_id": "00000000:03:00.0",
+                "name": "Tesla P40",
+                "memory_mib": 22919,
+                "ecc": "Enabled",
+                "persistence_mode": "Enabled",
+            },
+            {
+                "bus_id": "00000000:04:00.0",
+                "name": "Tesla P100-PCIE-16GB",
+                "memory_mib": 16384,
+                "ecc": "Disabled",
+                "persistence_mode": "Disabled",
+            },
         ],
         "error": "",
     }
@@ -508,7 +526,7 @@ def test_secure_boot_from_mokutil_and_efi(tmp_path: Path):
 # The module as a task runs it, in this process (tests/fixtures/module_run.py);
 # test_the_module_through_ansible (and test_module_docs) run it as a task.
 
-P40_LINE = "echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled'\n"
+P40_LINE = "echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled, Disabled'\n"
 
 
 def facts(root: Path, smi: str, check: bool = False, **args: str) -> dict:
@@ -615,6 +633,41 @@ def test_nvidia_smi_is_a_path_as_given_or_a_name_found_on_path(tmp_path: Path, m
     assert facts(tmp_path, absent)["nvidia_smi_path"] == absent
 
 
+def test_nvidia_persistenced_beside_nvidia_smi_else_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The daemon the driver installed with its nvidia-smi (a runfile's /usr/bin, a package's), else
+    one on PATH; none: null. A file that cannot run is not the daemon."""
+    driver_dir, path_dir = tmp_path / "driver", tmp_path / "path"
+    driver_dir.mkdir()
+    path_dir.mkdir()
+    smi = program(driver_dir / "nvidia-smi", P40_LINE)
+    monkeypatch.setenv("PATH", "%s%s%s" % (path_dir, os.pathsep, os.environ["PATH"]))
+    assert shutil.which("nvidia-persistenced") is None, "this machine has a real nvidia-persistenced on PATH"
+    assert facts(tmp_path, smi)["persistenced_path"] is None
+    on_path = program(path_dir / "nvidia-persistenced", "exit 0\n")
+    assert facts(tmp_path, smi)["persistenced_path"] == on_path
+    beside = driver_dir / "nvidia-persistenced"
+    beside.write_text("#!/bin/sh\n")
+    assert facts(tmp_path, smi)["persistenced_path"] == on_path  # not executable
+    beside.chmod(0o755)
+    assert facts(tmp_path, smi)["persistenced_path"] == str(beside)
+    # nvidia-smi through a link (alternatives): beside the program the link names.
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "nvidia-smi").symlink_to(smi)
+    assert facts(tmp_path, str(tmp_path / "link" / "nvidia-smi"))["persistenced_path"] == str(beside)
+
+
+def test_systemd_is_read_from_run_systemd_system(tmp_path: Path):
+    """sd_booted()'s test, under root: most containers have no systemd to start a daemon with."""
+    absent = str(tmp_path / "absent-nvidia-smi")
+    assert facts(tmp_path, absent)["systemd"] is False
+    (tmp_path / "run" / "systemd").mkdir(parents=True)
+    (tmp_path / "run" / "systemd" / "system").write_text("")  # a file is not systemd's directory
+    assert facts(tmp_path, absent)["systemd"] is False
+    (tmp_path / "run" / "systemd" / "system").unlink()
+    (tmp_path / "run" / "systemd" / "system").mkdir()
+    assert facts(tmp_path, absent)["systemd"] is True
+
+
 def test_secure_boot_signs_with_the_users_key_or_stops_with_the_steps():
     runfile = driver.driver_plan(DEBIAN, "runfile", runfile=RUNFILE)
     distro = driver.driver_plan(DEBIAN, "distro")
@@ -692,9 +745,9 @@ def test_the_steps_are_what_a_person_runs_for_each_plan():
         "apt-cache policy linux-modules-nvidia-580-server-5.15.0-91-generic   # Canonical's signed modules for this"
         " kernel; where there are none, install linux-headers-5.15.0-91-generic nvidia-dkms-580-server in its place",
         "sudo apt-get install -y linux-modules-nvidia-580-server-5.15.0-91-generic nvidia-headless-no-dkms-580-server"
-        " nvidia-utils-580-server",
+        " nvidia-utils-580-server nvidia-compute-utils-580-server",
         "sudo apt-mark hold linux-modules-nvidia-580-server-5.15.0-91-generic nvidia-headless-no-dkms-580-server"
-        " nvidia-utils-580-server",
+        " nvidia-utils-580-server nvidia-compute-utils-580-server",
         "printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee /etc/modprobe.d/verl-p40-nouveau.conf",
         "sudo update-initramfs -u",
         "sudo reboot   # then: nvidia-smi",
@@ -704,8 +757,8 @@ def test_the_steps_are_what_a_person_runs_for_each_plan():
     assert distro["steps"][:4] == [
         "# enable the contrib non-free non-free-firmware components in /etc/apt/sources.list, then:",
         "sudo apt-get update",
-        "sudo apt-get install -y linux-headers-6.1.0-28-amd64 nvidia-kernel-dkms nvidia-smi libcuda1",
-        "sudo apt-mark hold nvidia-kernel-dkms nvidia-smi libcuda1",
+        "sudo apt-get install -y linux-headers-6.1.0-28-amd64 nvidia-kernel-dkms nvidia-smi libcuda1 nvidia-persistenced",
+        "sudo apt-mark hold nvidia-kernel-dkms nvidia-smi libcuda1 nvidia-persistenced",
     ]
     # Debian 11 has no non-free-firmware component.
     assert driver.driver_plan(dict(DEBIAN, version="11.11"), source="distro")["components"] == ["contrib", "non-free"]

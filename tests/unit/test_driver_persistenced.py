@@ -1,0 +1,130 @@
+"""The driver layer's nvidia-persistenced (roles/driver/tasks/persistenced.yml), on localhost in check
+mode with the look at the host given: the unit and user it makes for NVIDIA's runfile, which brings
+the program alone, none where a package brought a unit, the stop where an installed driver brought
+no daemon, and the user name it refuses before the layer starts (tasks/main.yml). Starting the
+daemon needs systemd and a driver: on a GPU host only (tests/infra/test_driver.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_play
+
+PLAY = {"vars_files": [str(path) for path in sorted((REPO / "roles/stack/defaults/main").glob("*.yml"))]}
+P40 = {"bus_id": "00000000:03:00.0", "name": "Tesla P40", "memory_mib": 22919, "ecc": "Enabled"}
+
+
+def look(program: str | None, systemd: bool = False) -> dict:
+    """driver_info's result, as much of it as the tasks read."""
+    return {
+        "installed": {"version": "580.105.08", "working": True, "flavour": "proprietary"},
+        "nvidia_smi": {"gpus": 1, "cards": [dict(P40, persistence_mode="Disabled")]},
+        "nvidia_smi_path": "/usr/bin/nvidia-smi",
+        "persistenced_path": program,
+        "systemd": systemd,
+    }
+
+
+def persistenced(tmp_path: Path, now: dict, action: str = "keep", packaged: bool = False, **extra: object):
+    """persistenced.yml in check mode (with diffs): the exit status and each task's name and result."""
+    units = [str(tmp_path / "usr-lib" / "nvidia-persistenced.service")]
+    if packaged:
+        Path(units[0]).parent.mkdir()
+        Path(units[0]).write_text("[Service]\n")
+    task = {
+        "name": "Persistenced",
+        "ansible.builtin.include_role": {"name": "driver", "tasks_from": "persistenced.yml"},
+    }
+    given = {
+        "__driver_now": now,
+        "__driver_decision": {"action": action},
+        "__driver_persistenced_packaged_units": units,
+        "__driver_persistenced_unit": str(tmp_path / "etc" / "nvidia-persistenced.service"),
+        **extra,
+    }
+    done = run_play(tmp_path, [task], "--check", "--diff", "-e", json.dumps(given), **PLAY)
+    tasks = json.loads(done.stdout)["plays"][0]["tasks"][1:]
+    return done.returncode, {t["task"]["name"].removeprefix("driver : "): t["hosts"]["localhost"] for t in tasks}
+
+
+def test_the_runfiles_daemon_gets_a_unit_and_a_system_user(tmp_path: Path):
+    rc, found = persistenced(tmp_path, look("/usr/bin/nvidia-persistenced"))
+    assert rc == 0
+    user = found["Driver | Make the daemon's system user"]["invocation"]["module_args"]
+    assert (user["name"], user["system"], user["create_home"], user["shell"]) == (
+        "nvidia-persistenced",
+        True,
+        False,
+        "/usr/sbin/nologin",
+    )
+    unit = found["Driver | Write the daemon's unit"]["diff"][0]["after"]
+    assert '\nExecStart="/usr/bin/nvidia-persistenced" "--user" "nvidia-persistenced"\n' in unit
+    assert "\nType=forking\n" in unit and "\nRuntimeDirectory=nvidia-persistenced\n" in unit
+    assert "\nWantedBy=multi-user.target\n" in unit and "rm -rf" not in unit
+    # No systemd here (a container): the unit is there, the daemon not started, and the record says so.
+    assert found["Driver | Start nvidia-persistenced, and at each boot"].get("skipped")
+    state = found["Driver | Say where nvidia-persistenced stands"]["ansible_facts"]["__driver_persistenced_state"]
+    assert state == "not started: systemd does not run this host"
+    assert not (tmp_path / "etc").exists()
+
+
+def test_a_program_path_and_user_are_one_argument_each(tmp_path: Path):
+    """systemd splits ExecStart= at spaces: a path with one stays one argument, % and $ literal."""
+    rc, found = persistenced(
+        tmp_path, look("/opt/nvidia driver/bin/nvidia-persistenced%h$X"), driver_persistenced_user="nvpd"
+    )
+    unit = found["Driver | Write the daemon's unit"]["diff"][0]["after"]
+    assert rc == 0 and '\nExecStart="/opt/nvidia driver/bin/nvidia-persistenced%%h$$X" "--user" "nvpd"\n' in unit
+
+
+def test_a_packaged_unit_is_used_as_it_is(tmp_path: Path):
+    """Debian's nvidia-persistenced and Ubuntu's nvidia-compute-utils bring a unit and its user."""
+    rc, found = persistenced(tmp_path, look("/usr/bin/nvidia-persistenced"), packaged=True)
+    assert rc == 0
+    assert found["Driver | Make the daemon's system user"].get("skipped")
+    assert found["Driver | Write the daemon's unit"].get("skipped")
+    state = found["Driver | Say where nvidia-persistenced stands"]["ansible_facts"]["__driver_persistenced_state"]
+    assert state == "not started: systemd does not run this host"
+
+
+def test_an_installed_driver_without_the_daemon_stops_a_kept_one_is_reported(tmp_path: Path):
+    rc, found = persistenced(tmp_path, look(None), action="install")
+    assert rc != 0
+    msg = found["Driver | Stop where the driver installed brought no nvidia-persistenced"]["msg"]
+    assert "The driver 580.105.08 was installed, but no nvidia-persistenced came with it" in msg
+    assert "driver_persistenced: false" in msg
+    rc, found = persistenced(tmp_path, look(None))
+    assert rc == 0 and found["Driver | Write the daemon's unit"].get("skipped")
+    state = found["Driver | Say where nvidia-persistenced stands"]["ansible_facts"]["__driver_persistenced_state"]
+    assert state.startswith("absent: no nvidia-persistenced beside nvidia-smi or on PATH")
+
+
+@pytest.mark.parametrize(
+    "name, refused",
+    [
+        ("nvidia-persistenced", False),
+        ("nvpd", False),
+        ("_nvpd2", False),
+        ("x" * 32, False),
+        ("x" * 33, True),
+        ("nvpd --verbose", True),
+        ("root\n", True),
+        ("Nvpd", True),
+        ("-nvpd", True),
+        ("1nvpd", True),
+        ("", True),
+    ],
+)
+def test_the_users_name_is_checked_before_the_layer(tmp_path: Path, name: str, refused: bool):
+    task = {"name": "Driver", "ansible.builtin.include_role": {"name": "driver"}}
+    done = run_play(tmp_path, [task], "--check", "-e", json.dumps({"driver_persistenced_user": name}), **PLAY)
+    tasks = [t["task"]["name"].removeprefix("driver : ") for t in json.loads(done.stdout)["plays"][0]["tasks"]]
+    # The role's argument spec, then this check: nothing of the layer before it.
+    assert tasks[1].startswith("Validating arguments against arg spec 'main'")
+    assert tasks[2] == "Driver | Check the persistence daemon's user name"
+    result = json.loads(done.stdout)["plays"][0]["tasks"][2]["hosts"]["localhost"]
+    assert bool(result.get("failed")) == refused, result
+    if refused:
+        assert "driver_persistenced_user %s is not a system user's name" % json.dumps(name) in result["msg"]
