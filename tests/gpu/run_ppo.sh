@@ -44,7 +44,9 @@ OUT=${OUT:-$WORK/out}
 SITE=$WORK/site
 VERL=$WORK/verl-0.4.1
 HOOKS=$REPO/tests/gpu/hooks
-DATA=$WORK/data/gsm8k
+# Rows of the fixture's test split, the validation set (fewer make a long model's validation fit a call).
+TEST_ROWS=${TEST_ROWS:-32}
+DATA=$WORK/data/gsm8k-test$TEST_ROWS
 SMOKE_STEPS=${SMOKE_STEPS:-12}
 MEMORY_STEPS=${MEMORY_STEPS:-3}
 MEMORY_EXTRA=${MEMORY_EXTRA:-}
@@ -132,9 +134,9 @@ EOF
 
 make_data() {  # tokenizer model dir
   if [ ! -f "$DATA/train.parquet" ]; then
-    python3 tests/fixtures/gsm8k_fixture.py --out "$WORK/gsm8k-src" --train-rows 768 --test-rows 32
+    python3 tests/fixtures/gsm8k_fixture.py --out "$WORK/gsm8k-src" --train-rows 768 --test-rows "$TEST_ROWS"
     python3 roles/data/files/gsm8k_to_verl.py --source "$WORK/gsm8k-src" --out "$DATA" --tokenizer "$1" \
-      --expect-train-rows 768 --expect-test-rows 32 --fail-on-overlong
+      --expect-train-rows 768 --expect-test-rows "$TEST_ROWS" --fail-on-overlong
   fi
 }
 
