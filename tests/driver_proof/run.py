@@ -24,7 +24,7 @@ stays unproven):
    held, nouveau is blacklisted, nvidia-persistenced's unit is enabled for the next boot (its
    package does that), and the run stops asking for a reboot, its record saying so;
    then the same command again, which must install nothing and still wait for the reboot;
-4. writes <out>/<date>.json: per release, the kernel, the packages' versions, `dkms status`,
+4. writes <out>/<date>.json (<date>-2.json and on where one is there): per release, the kernel, the packages' versions, `dkms status`,
    `modinfo -k` of the built module (version, licence, vermagic), the holds, the record, each
    run's seconds and exit status, and whether every check held.
 
@@ -117,6 +117,15 @@ class Workdirs:
 
     def mktemp(self, name: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=name + "-", dir=self.root))
+
+
+def result_path(out: Path, today: str) -> Path:
+    """<out>/<today>.json, or the first <today>-N.json not there yet: a run never overwrites a kept result."""
+    path, n = out / ("%s.json" % today), 1
+    while path.exists():
+        n += 1
+        path = out / ("%s-%d.json" % (today, n))
+    return path
 
 
 def checks(release: str, kernel: str, found: dict[str, Any]) -> dict[str, bool]:
@@ -246,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  apt sources: + %s; apt-get install initramfs-tools" % " ".join(COMPONENTS))
         print("  kernel: the one linux-headers-amd64 depends on; a P40 on the stand-in bus at %s" % BUS)
         print("  twice: " + shlex.join(command))
-    print("result: %s/<date>.json" % args.out)
+    print("result: %s" % result_path(args.out, dt.date.today().isoformat()))
     if args.dry_run:
         return 0
     with tempfile.TemporaryDirectory(prefix="driver-proof-") as tmp:
@@ -268,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / ("%s.json" % today)
+    path = result_path(args.out, today)
     path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print("wrote %s" % path)
     for release, found in results.items():

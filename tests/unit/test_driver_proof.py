@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,3 +180,12 @@ def test_no_dpkg_log_proves_no_install_either():
     assert [name for name, ok in proof.checks("13", KERNEL, found).items() if not ok] == [
         "second run installs nothing and still waits"
     ]
+
+
+def test_a_run_never_overwrites_a_kept_result(tmp_path: Path):
+    assert proof.result_path(tmp_path, "2026-12-06") == tmp_path / "2026-12-06.json"
+    (tmp_path / "2026-12-06.json").write_text("{}")
+    assert proof.result_path(tmp_path, "2026-12-06") == tmp_path / "2026-12-06-2.json"
+    (tmp_path / "2026-12-06-2.json").write_text("{}")
+    assert proof.result_path(tmp_path, "2026-12-06") == tmp_path / "2026-12-06-3.json"
+    assert proof.result_path(tmp_path, "2026-12-07") == tmp_path / "2026-12-07.json"
