@@ -300,12 +300,16 @@ except torch.OutOfMemoryError as error:
     # VERL_LOGGING_LEVEL=INFO): an adapter that was not written shows here and there.
     grep -h "LoRA adapter\|LoRA Adapter" "$OUT/$name-train.log" | tail -n 3
   } >>"$summary" 2>&1 || true
-  # The run report users get (train.sh --report), on this log, against the H200's peak.
-  local plot=()
+  # The run report users get (train.sh --report), on this log, against the peak of the card it ran on:
+  # fp32 67 TFLOP/s for an H100 SXM and an H200 (NVIDIA's datasheets); another card's is not known here
+  # (0: the report leaves the share of the peak out).
+  local plot=() card peak
   [ "$MEMORY_PLOT" = 1 ] && plot=(--plot "$OUT/$name-report.png")
+  card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+  case $card in *H200* | *"H100 80GB HBM3"*) peak=67 ;; *) peak=0 ;; esac
   {
-    echo "== roles/train/files/train_report.py (what train.sh --report prints), H200 fp32 peak"
-    python3 roles/train/files/train_report.py --model-config "$model/config.json" --card "NVIDIA H200" --peak-tflops 67 \
+    echo "== roles/train/files/train_report.py (what train.sh --report prints), $card, fp32 peak $peak TFLOP/s"
+    python3 roles/train/files/train_report.py --model-config "$model/config.json" --card "$card" --peak-tflops "$peak" \
       --precision float32 ${plot[@]+"${plot[@]}"} "$OUT/$name-train.log"
   } >>"$summary" 2>&1 || true
   cat "$summary"

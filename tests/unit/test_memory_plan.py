@@ -254,6 +254,7 @@ KNOWN_MISSES = {("lora15b-b16-22gib", "actor_update"), ("lora15b-22gib", "actor_
         "lora15b-b16-22gib",
         "lora3b-b16-22gib",
         "lora3b-ckpt-22gib",
+        "lora3b-3steps-22gib",
         # rendered for a 22 GiB card, run under a 40 GiB cap: its phases are the same as under 22
         "lora3b-ckpt-40gib",
     ],
@@ -350,6 +351,31 @@ def test_on_one_gpu_3bs_save_needs_no_headroom_either():
     assert "frozen (base model): 435 tensors, 435 equal, 0 differ, 0 missing from one file, 0 with NaN" in compare
     assert "frozen weights: the same in the save and the initial model" in compare
     assert compare.rstrip().endswith("compare_checkpoints.py exit status 0")
+
+
+def test_3b_trains_three_steps_with_validation_and_a_checkpoint_under_the_cap():
+    """docs/memory.md, "3B, three steps": preset qwen3b-grpo-lora at batch 8 (the preset's micro-batches),
+    3 steps, validation and a checkpoint at the third, every process capped at 22 GiB, on an H100 (not
+    a P40): it fits, and the rollout's peak is the one the launcher predicted, within the margin."""
+    summary = (RESULTS / "lora3b-3steps-22gib-summary.txt").read_text()
+    assert "steps logged: [1, 2, 3]" in summary and "train.sh exit status 0" in summary
+    assert "memory: FITS under 22.0 GiB per process" in summary and "Saved LoRA adapter to:" in summary
+    assert "testing 56.95, save_checkpoint 16.97" in summary  # both at step 3
+    sizes = dict(line.rsplit(" ", 1) for line in summary.splitlines() if line.startswith("gsm8k-grpo-lora-pascal/"))
+    actor = "gsm8k-grpo-lora-pascal/global_step_3/actor/"
+    assert int(sizes[actor + "model_world_size_1_rank_0.pt"]) > 3085938688 * 4  # every fp32 weight
+    assert int(sizes[actor + "lora_adapter/adapter_model.safetensors"]) > 59867136 * 4  # the adapter, fp32
+    log = (RESULTS / "lora3b-3steps-22gib-train.log").read_text()
+    assert "'train_batch_size': 8" in log and "'ppo_mini_batch_size': 4" in log
+    versions = (RESULTS / "lora3b-3steps-22gib-versions.txt").read_text()
+    assert "NVIDIA H100 80GB HBM3" in versions
+    report = (RESULTS / "lora3b-3steps-22gib-report-h100.txt").read_text()
+    assert "(1 x NVIDIA H100 80GB HBM3, float32: 67 TFLOP/s)" in report
+    assert "plain steps (2): mean 110.7" in report
+    assert (
+        abs(_predicted("lora3b-3steps-22gib")["rollout"] - _measured("lora3b-3steps-22gib")["rollout (actor weights)"])
+        < 0.5
+    )
 
 
 # -- the terms, exactly as the module docstring states them --------------------

@@ -1071,9 +1071,9 @@ def test_profiles_say_what_ran_where():
         for run in profile["validated"]:
             assert (REPO / run["evidence"]).is_file(), (name, run["evidence"])
     pascal = profiles()["pascal"]["validated"]
-    # Each says it never ran on a P40, and where it did run: an H200, or no GPU at all (a build).
+    # Each says it never ran on a P40, and where it did run: an H200 or an H100, or no GPU at all (a build).
     assert pascal and all("never on a P40" in run["where"] for run in pascal)
-    assert all("H200" in run["where"] or "no GPU" in run["where"] for run in pascal)
+    assert all(any(where in run["where"] for where in ("H200", "H100", "no GPU")) for run in pascal)
     broken = dict(profiles()["pascal"], validated=[dict(pascal[0], evidence="tests/gpu/results/missing.txt")])
     assert any("validated" in problem for problem in render.profile_problems("pascal", broken))
 
