@@ -258,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     print("result: %s" % result_path(args.out, dt.date.today().isoformat()))
     if args.dry_run:
         return 0
+    # The commit the runs start from: one made during them (minutes) must not be taken for theirs.
+    commit = git("rev-parse", "HEAD")
     with tempfile.TemporaryDirectory(prefix="driver-proof-") as tmp:
         results = {release: prove(release, Workdirs(Path(tmp)), args.keep) for release in args.releases}
     today = dt.date.today().isoformat()
@@ -265,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         "what": "the driver layer's distro path on Debian: Debian's own NVIDIA packages, a real DKMS build",
         "command": "python tests/driver_proof/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "date": today,
-        "commit": git("rev-parse", "HEAD"),
+        "commit": commit,
+        # HEAD when the file was written, where a commit came during the runs (else the same).
+        "commit_at_end": git("rev-parse", "HEAD"),
         # What the run's tree had that the commit has not (git status --porcelain): empty for a run of the commit.
         "uncommitted": git("status", "--porcelain", "--untracked-files=all").splitlines(),
         "machine": {"cores": os.cpu_count(), "kernel": platform.release()},
