@@ -288,6 +288,7 @@ def test_stack_spec_names_each_data_file():
         "stack_gpu_cards",
         "stack_model_architectures",
         "stack_train_presets",
+        "stack_train_preset_runs",
     }
     for name in without_default:
         assert data_file_named(options[name], found[name][1]), name
