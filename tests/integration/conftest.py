@@ -126,16 +126,26 @@ def missing_vars_files() -> None:
 
 
 @contextmanager
-def container(image: list[str], workdir_factory) -> Iterator[Host]:
+def container(image: list[str], workdir_factory, systemd: bool = False) -> Iterator[Host]:
     """A container of image (podman run's last arguments before the command: an image, or --rootfs
     and a root), sharing the host's network (the mirror is on 127.0.0.1), removed after. Ansible
-    reaches it over SSH with pipelining (tests/fixtures/sshd.py), as it reaches a real host."""
+    reaches it over SSH with pipelining (tests/fixtures/sshd.py), as it reaches a real host. With
+    `systemd`, booted with systemd as init (the images hold it, as the cluster scenario's nodes),
+    for what only systemd can run."""
     name = "verl-p40-it-" + uuid.uuid4().hex[:8]
+    init = ["--systemd", "always", *image, "/sbin/init"] if systemd else ["--init", *image, "sleep", "infinity"]
     subprocess.run(
-        ["podman", "run", "-d", "--init", "--network", "host", "--name", name, *image, "sleep", "infinity"],
+        ["podman", "run", "-d", "--network", "host", "--name", name, *init],
         check=True,
         capture_output=True,
     )
+    if systemd:
+        # Up once it answers; "degraded" (a unit a container cannot run) is up too.
+        subprocess.run(
+            ["podman", "exec", name, "timeout", "60", "systemctl", "is-system-running", "--wait"],
+            capture_output=True,
+            check=False,
+        )
     try:
         workdir = workdir_factory.mktemp(name)
         yield Host(name, workdir, sshd.start(name, workdir))

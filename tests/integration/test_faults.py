@@ -13,7 +13,8 @@ import shlex
 
 import pytest
 import yaml
-from conftest import STANDINS, stack_paths
+import standin_driver
+from conftest import IMAGE, STANDINS, container, missing_vars_files, stack_paths
 from pci_bus import BUS, plant_bus
 from repo import REPO
 
@@ -248,6 +249,60 @@ def runfile_path(host) -> None:
     assert "WantedBy=multi-user.target" in unit
     user = host.sh("getent passwd nvidia-persistenced").stdout.strip().split(":")
     assert int(user[2]) < 1000 and user[6] == "/usr/sbin/nologin", user
+
+
+# A working R580 driver's nvidia-smi as the driver layer asks it, the persistence mode on while the
+# persistence daemon's pid file names a live process.
+P40_PERSISTENCE_SMI = r"""#!/bin/sh
+mode=Disabled
+pid=$(cat /var/run/nvidia-persistenced/nvidia-persistenced.pid 2>/dev/null) && kill -0 "$pid" 2>/dev/null && mode=Enabled
+case "$1" in
+  --query-gpu=driver_version,*) echo "580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled, $mode" ;;
+  *) echo '0, Tesla P40, 6.1, 22919, 580.105.08, 00000000:03:00.0' ;;
+esac
+"""
+
+
+def test_nvidia_persistenced_runs_under_systemd(tmp_path_factory):
+    """The unit the layer writes for the runfile's daemon, run by a real systemd (a container booted
+    with it): a P40 on the stand-in bus under a working R580 driver that the layer keeps, the
+    stand-in daemon (NVIDIA's start: --user, its runtime directory, a fork) in /usr/bin as the
+    runfile installs it. systemd starts it as the daemon's user, enables it for boot, the cards go
+    to persistence mode, and a stop leaves no runtime directory behind (systemd's, not an rm -rf)."""
+    missing_vars_files()
+    with container([IMAGE], tmp_path_factory, systemd=True) as host:
+        plant_bus(host)
+        # The driver as after the reboot (test_the_runfile_path_..., above): loaded, bound, answering;
+        # systemd runs the host (driver_info reads it under driver_host_root, as sys/ and proc/).
+        host.sh(
+            "mkdir -p {bus}/sys/module/nvidia {bus}/sys/bus/pci/drivers/nvidia {bus}/run/systemd/system"
+            " && echo 580.105.08 > {bus}/sys/module/nvidia/version"
+            " && ln -s ../../../bus/pci/drivers/nvidia {bus}/sys/bus/pci/devices/0000:03:00.0/driver".format(bus=BUS)
+        )
+        host.sh(
+            "cat > /usr/local/bin/nvidia-smi <<'EOF'\n%sEOF\nchmod +x /usr/local/bin/nvidia-smi" % P40_PERSISTENCE_SMI
+        )
+        host.sh(
+            "cat > /usr/bin/nvidia-persistenced <<'EOF'\n%sEOF\nchmod 755 /usr/bin/nvidia-persistenced"
+            % standin_driver.NVIDIA_PERSISTENCED
+        )
+        run = host.play("--tags", "driver", driver_host_root=BUS)
+        assert run.returncode == 0, run.output[-3000:]
+        out = " ".join(run.output.split())
+        assert "nvidia-persistenced: running" in out
+        record = host.state("driver")
+        assert record["details"]["action"] == "keep" and record["details"]["persistenced"] == "running"
+        assert record["details"]["cards"][0]["persistence_mode"] == "Enabled"
+        assert host.sh("systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+        assert host.sh("systemctl is-enabled nvidia-persistenced").stdout.strip() == "enabled"
+        pid = host.sh("cat /run/nvidia-persistenced/nvidia-persistenced.pid").stdout.strip()
+        assert host.sh("ps -o user= -p %s" % pid).stdout.strip() == "nvidia-persistenced"
+        assert host.sh("stat -c %U /run/nvidia-persistenced").stdout.strip() == "nvidia-persistenced"
+        # A second look (-e verify=driver makes the layer look again): nothing to change.
+        again = host.play("--tags", "driver", driver_host_root=BUS, verify="driver")
+        assert again.returncode == 0 and re.search(r"changed=0\b", again.output), again.output[-3000:]
+        host.sh("systemctl stop nvidia-persistenced")
+        assert not host.exists("/run/nvidia-persistenced")
 
 
 TWO_P40_SMI = r"""#!/bin/sh
