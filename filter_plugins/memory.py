@@ -542,16 +542,37 @@ def _suggestions(config: dict[str, Any], **k: Any) -> str:
 
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+# The ranks vLLM 0.8.5 (the vllm layer's wheel) takes as max_lora_rank, LoRAConfig's possible_max_ranks
+# (vllm/config.py); verl 0.4.1 gives it the actor's LoRA rank, and vLLM refuses any other when its
+# engine starts, minutes into a run.
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+# The patch fix without which verl 0.4.1's HF rollout cannot train a LoRA adapter (docs/patch.md).
+HF_LORA_FIX = "hf_rollout_lora_wrap"
 
 
-def lora_check(rank: Any, alpha: Any, target_modules: Any) -> str:
-    """Refuse LoRA settings verl would choke on, at render time; '' when they are fine (for a template)."""
+def lora_check(rank: Any, alpha: Any, target_modules: Any, rollout_backend: str = "", patch_fixes: Any = None) -> str:
+    """Refuse LoRA settings verl would choke on, at render time; '' when they are fine (for a template).
+
+    With the profile's rollout_backend: vLLM's rollout takes only the ranks it has kernels for
+    (VLLM_LORA_RANKS), and the HF rollout needs the patch fix HF_LORA_FIX among patch_fixes."""
     if isinstance(rank, bool) or not isinstance(rank, int) and not str(rank).isdigit() or int(rank) < 0:
         raise AnsibleFilterError(f"train_lora_rank should be 0 (full fine-tuning) or a positive integer, got {rank!r}.")
     if int(rank) == 0:
         return ""
     if int(rank) > 1024:
         raise AnsibleFilterError(f"train_lora_rank {rank}: a LoRA rank above 1024 is no low-rank adapter.")
+    if rollout_backend == "vllm" and int(rank) not in VLLM_LORA_RANKS:
+        raise AnsibleFilterError(
+            f"train_lora_rank {rank}: the profile's vLLM rollout (vLLM 0.8.5, which verl 0.4.1 gives the rank as "
+            f"max_lora_rank) takes {', '.join(map(str, VLLM_LORA_RANKS))} only and would refuse it when its engine "
+            "starts; set train_lora_rank to one of them (or the preset's lora_rank)."
+        )
+    if rollout_backend == "hf" and patch_fixes is not None and HF_LORA_FIX not in patch_fixes:
+        raise AnsibleFilterError(
+            f"train_lora_rank {rank}: verl 0.4.1's HF rollout trains a LoRA adapter only with the patch fix "
+            f"{HF_LORA_FIX} (docs/patch.md), which the profile's patch_fixes lack; add it there, or set "
+            "train_lora_rank: 0."
+        )
     try:
         alpha_value = float(alpha)
     except (TypeError, ValueError):

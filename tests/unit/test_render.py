@@ -740,6 +740,37 @@ def test_lora_variables_reach_verl_and_bad_ones_are_refused(tmp_path: Path):
         render.render("pascal", tmp_path / "c", {**lora, "train_lora_rank": 8, "train_lora_alpha": 0})
 
 
+@pytest.mark.parametrize("profile", ["volta", "turing", "ampere_plus"])
+def test_a_lora_rank_the_vllm_rollout_refuses_stops_the_render(tmp_path: Path, profile: str):
+    """vLLM 0.8.5 takes only its own ranks as max_lora_rank (verl 0.4.1 passes the actor's): another
+    stops the render, naming the variable and the ranks, before anything is written."""
+    with pytest.raises(Exception, match=r"train_lora_rank 24: the profile's vLLM rollout .* takes 8, 16, 32, 64, 128"):
+        render.render(profile, tmp_path / "a", {"train_lora_rank": 24, "train_adv_estimator": "grpo"})
+    assert not (tmp_path / "a" / "train.sh").exists()
+    render.render(profile, tmp_path / "b", {"train_lora_rank": 32, "train_adv_estimator": "grpo"})
+    assert "actor_rollout_ref.model.lora_rank=32" in print_overrides(tmp_path / "b" / "train.sh")
+
+
+def test_lora_on_the_hf_rollout_needs_its_patch_fix():
+    assert memory.lora_check(24, 32, "all-linear", "hf", ["hf_rollout_lora_wrap"]) == ""
+    with pytest.raises(Exception, match="train_lora_rank 24: verl 0.4.1's HF rollout .* hf_rollout_lora_wrap"):
+        memory.lora_check(24, 32, "all-linear", "hf", ["no_bf16_autocast"])
+    # Full fine-tuning needs neither.
+    assert memory.lora_check(0, 32, "all-linear", "hf", []) == "" == memory.lora_check(0, 32, "all-linear", "vllm")
+    for rank in memory.VLLM_LORA_RANKS:
+        assert memory.lora_check(rank, 16, "all-linear", "vllm") == ""
+    for rank in (1, 4, 24, 48, 500):
+        with pytest.raises(Exception, match="vLLM rollout"):
+            memory.lora_check(rank, 16, "all-linear", "vllm")
+
+
+def test_the_vllm_lora_ranks_are_the_pinned_vllms():
+    """VLLM_LORA_RANKS is vLLM 0.8.5's list: a new vLLM in the manifest must look at it again."""
+    artifacts = yaml.safe_load((REPO / "roles/stack/defaults/main/artifacts.yml").read_text())["stack_artifacts"]
+    assert str(artifacts["vllm_wheel"]["version"]) == "0.8.5"
+    assert "vLLM 0.8.5 (the vllm layer's wheel)" in (REPO / "filter_plugins/memory.py").read_text()
+
+
 def test_render_cli_sizes_for_a_config_file_and_a_card(tmp_path: Path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(MODELS["Qwen2.5-1.5B-Instruct"]))
