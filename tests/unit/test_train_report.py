@@ -544,3 +544,73 @@ def test_plot_of_a_panel_without_values_has_one_tick_at_0_mid_panel():
     labels = [(t.text, t.get("x"), t.get("y")) for t in svg.iter(SVG + "text")]
     # The reward panel (y 40-300) is empty: its one y tick is 0, in its middle.
     assert [label for label in labels if label[1] == "64" and float(label[2]) < 300] == [("0", "64", "174.0")]
+
+
+# Three runs that ran out of GPU memory on purpose (tests/gpu/results/oom05b-*: Qwen2.5-0.5B's
+# architecture, the launcher's plan for a 22 GiB card, the allocator capped lower, on an H100):
+# each in another role, verl's Ray error naming the worker call.
+OOM_RUNS = {
+    "rollout": (
+        "the rollout (HF generate), verl's actor_rollout_generate_sequences()",
+        "lower: train_rollout_micro_batch_size: 32 (prompts per generate() call, now 64);"
+        " or a shorter train_max_response_length (now 256)",
+        "Tried to allocate 608.00 MiB",
+    ),
+    "logprob": (
+        "the actor's old log-probs, verl's actor_rollout_compute_log_prob()",
+        "lower: train_memory_fixed: {log_prob: 7} (now 15 a GPU)",
+        "Tried to allocate 6.52 GiB",
+    ),
+    "update": (
+        "the actor update, verl's actor_rollout_update_actor()",
+        "lower: train_memory_fixed: {actor: 2} (now 4 a GPU)",
+        "Tried to allocate 150.00 MiB",
+    ),
+}
+
+
+@pytest.mark.parametrize("run", sorted(OOM_RUNS))
+def test_an_out_of_memory_names_the_step_the_role_and_what_to_lower(run: str):
+    where, lower, torch_says = OOM_RUNS[run]
+    text = (RESULTS / f"oom05b-{run}-train.log").read_text()
+    lines, steps = train_report.report(text)
+    assert steps == {} and lines[0] == "0 steps logged; ended with exit status 1"
+    assert lines[2] == f"out of GPU memory in step 1: {where}"
+    assert lines[3].startswith("  torch: CUDA out of memory. " + torch_says)
+    assert lines[4] == "  " + lower
+
+
+def test_the_config_verl_printed_is_read_back():
+    config = train_report.run_config((RESULTS / "oom05b-update-train.log").read_text())
+    assert config["actor_rollout_ref"]["actor"]["ppo_micro_batch_size_per_gpu"] == 4
+    assert config["actor_rollout_ref"]["rollout"]["log_prob_micro_batch_size_per_gpu"] == 2  # the run's override
+    assert config["critic"]["ppo_micro_batch_size_per_gpu"] == 4
+    assert train_report.run_config("no config here") is None
+
+
+def test_what_to_lower_follows_the_run_s_settings():
+    """Checkpointing and optimizer offload off are named too; a micro-batch of 1 is not halved; a
+    step already logged makes the failing one the next; a log without an OOM has no such lines."""
+    config = {
+        "actor_rollout_ref": {
+            "actor": {"ppo_micro_batch_size_per_gpu": 1, "fsdp_config": {"optimizer_offload": False}},
+            "model": {"enable_gradient_checkpointing": False},
+        },
+        "critic": {"ppo_micro_batch_size_per_gpu": 8, "model": {"enable_gradient_checkpointing": True}},
+    }
+    printed = "\n".join("(TaskRunner pid=7) " + line for line in repr(config).splitlines())
+    oom = "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_update_actor() (pid=9)\n"
+    oom += "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    step = "step:3 - timing_s/step:10.0\n"
+    lines = train_report.oom_lines(printed + "\n" + step + oom, train_report.step_metrics(step))
+    assert lines[1] == "out of GPU memory in step 4: the actor update, verl's actor_rollout_update_actor()"
+    assert lines[3] == (
+        "  lower: train_memory_fixed: {actor_checkpointing: true}; or train_memory_fixed: {actor_optimizer_offload: true}"
+    )
+    critic = oom.replace("actor_rollout_update_actor", "critic_update_critic")
+    assert "lower: train_memory_fixed: {critic: 4} (now 8 a GPU)" in "\n".join(
+        train_report.oom_lines(printed + "\n" + critic, {})
+    )
+    ref = oom.replace("actor_rollout_update_actor", "actor_rollout_compute_ref_log_prob")
+    assert "the reference model's log-probs" in train_report.oom_lines(ref, {})[1]
+    assert train_report.oom_lines(printed + step, {}) == []

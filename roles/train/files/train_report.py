@@ -15,6 +15,10 @@ is still being written. It prints:
   values, updates, validation, checkpoint) with its share of a plain step;
 - the training reward (critic/score/mean) and the mean response length per
   step, and the validation scores where there are some;
+- where the run ran out of GPU memory: the step, the role whose call ran out
+  (verl's worker method in the Ray error), torch's message, and the sizes to
+  lower, with the values the run had (from the config verl printed) and the
+  launcher's variable for each;
 - with the model's config.json: model FLOP/s per phase and per step, and,
   with the card's peak (--peak-tflops), how close that is to the card's
   limit. verl 0.4.1 reports perf/mfu/* as 0 for any card its table lacks,
@@ -39,6 +43,7 @@ the env's Python or any other. Exit status 0, or 1 when the log holds no step.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import re
@@ -68,6 +73,117 @@ PHASES = (
 )
 UPDATES = ("timing_s/update_critic", "timing_s/update_actor")
 OCCASIONAL = ("timing_s/testing", "timing_s/save_checkpoint")
+
+
+# An out-of-memory error, and the worker call it came from as Ray names it (ray::WorkerDict.<role>_<method>()).
+OOM_LINE = re.compile(r"torch\.OutOfMemoryError: (CUDA out of memory\..*)$|CUDA out of memory\.")
+WORKER_CALL = re.compile(r"RayTaskError\(OutOfMemoryError\): ray::WorkerDict\.(\w+)\(\)")
+# verl 0.4.1's worker methods (longest first: compute_ref_log_prob before compute_log_prob), what each
+# computes, and the memory knob of train_memory_fixed (filter_plugins/memory.py) that sizes it.
+OOM_ROLES = (
+    ("generate_sequences", "the rollout (HF generate)", "rollout"),
+    ("compute_ref_log_prob", "the reference model's log-probs", "log_prob"),
+    ("compute_log_prob", "the actor's old log-probs", "log_prob"),
+    ("update_actor", "the actor update", "actor"),
+    ("compute_values", "the critic's values", "critic"),
+    ("update_critic", "the critic update", "critic"),
+    ("init_model", "loading the models", ""),
+    ("save_checkpoint", "the checkpoint's save", ""),
+)
+# Ray's colours, and the prefix of a worker's or the driver's console line.
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+RAY_PREFIX = re.compile(r"^(?:\x1b\[[0-9;]*m)?\([\w]+ pid=\d+(?:, ip=[^)]*)?\)(?:\x1b\[[0-9;]*m)? ?")
+
+
+def run_config(text: str) -> dict[str, Any] | None:
+    """The config verl prints at the start (a Python dict over many prefixed lines), or None."""
+    lines = text.splitlines()
+    for start, line in enumerate(lines):
+        body = RAY_PREFIX.sub("", line)
+        if not body.startswith("{'actor_rollout_ref'"):
+            continue
+        parts, depth = [], 0
+        for line in lines[start:]:
+            body = RAY_PREFIX.sub("", line)
+            parts.append(body)
+            depth += body.count("{") - body.count("}")
+            if depth <= 0:
+                break
+        try:
+            found = ast.literal_eval("\n".join(parts))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+        return found if isinstance(found, dict) else None
+    return None
+
+
+def _get(config: dict[str, Any] | None, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(config, dict):
+            return None
+        config = config.get(key)
+    return config
+
+
+def _smaller(value: Any) -> int | None:
+    return max(1, int(value) // 2) if isinstance(value, int) and not isinstance(value, bool) and value > 1 else None
+
+
+def oom_lines(text: str, steps: dict[int, dict[str, float]]) -> list[str]:
+    """Where the run ran out of GPU memory and what to lower; [] where it did not."""
+    text = ANSI.sub("", text)
+    message = next((m for m in map(OOM_LINE.search, text.splitlines()) if m), None)
+    if message is None:
+        return []
+    call = next((m.group(1) for m in map(WORKER_CALL.search, text.splitlines()) if m), "")
+    method, what, knob = next(((m, w, k) for m, w, k in OOM_ROLES if call.endswith(m)), ("", "", ""))
+    step = (max(steps) if steps else 0) + 1
+    where = f"{what}, verl's {call}()" if what else (f"verl's {call}()" if call else "a call the log does not name")
+    lines = ["", f"out of GPU memory in step {step}: {where}"]
+    if message.group(1):
+        lines.append("  torch: " + message.group(1)[:240])
+    config = run_config(text)
+    actor = _get(config, "actor_rollout_ref", "actor") or {}
+    rollout = _get(config, "actor_rollout_ref", "rollout") or {}
+    critic = _get(config, "critic") or {}
+    ref = _get(config, "actor_rollout_ref", "ref") or {}
+    lower: list[str] = []
+    if knob == "rollout":
+        now = rollout.get("micro_batch_size")
+        if _smaller(now):
+            lower.append(f"train_rollout_micro_batch_size: {_smaller(now)} (prompts per generate() call, now {now})")
+        response = _get(config, "data", "max_response_length")
+        if response:
+            lower.append(f"a shorter train_max_response_length (now {response})")
+    elif knob == "log_prob":
+        now = (ref if method == "compute_ref_log_prob" else rollout).get("log_prob_micro_batch_size_per_gpu")
+        if _smaller(now):
+            lower.append(f"train_memory_fixed: {{log_prob: {_smaller(now)}}} (now {now} a GPU)")
+    elif knob in ("actor", "critic"):
+        section = actor if knob == "actor" else critic
+        model = _get(config, "actor_rollout_ref", "model") if knob == "actor" else critic.get("model")
+        now = section.get("ppo_micro_batch_size_per_gpu")
+        if _smaller(now):
+            lower.append(f"train_memory_fixed: {{{knob}: {_smaller(now)}}} (now {now} a GPU)")
+        if _get(model, "enable_gradient_checkpointing") is False:
+            lower.append(f"train_memory_fixed: {{{knob}_checkpointing: true}}")
+        offload = (
+            _get(section, "fsdp_config", "optimizer_offload")
+            if knob == "actor"
+            else _get(model, "fsdp_config", "optimizer_offload")
+        )
+        if offload is False:
+            lower.append(f"train_memory_fixed: {{{knob}_optimizer_offload: true}}")
+    elif method == "init_model":
+        lower.append(
+            "the weights alone do not fit: LoRA (train_lora_rank), more GPUs, or a smaller model (docs/memory.md)"
+        )
+    if lower:
+        lines.append("  lower: " + "; or ".join(lower))
+    elif knob:
+        lines.append("  nothing left to lower here: a smaller model, LoRA or more GPUs (docs/memory.md)")
+    lines.append("  (the memory plan sized these for the card with its margin; a size pinned lower is still checked at render time)")
+    return lines
 
 
 def step_metrics(text: str) -> dict[int, dict[str, float]]:
@@ -163,6 +279,7 @@ def report(
     else:
         progress += f"; ended with exit status {status}"
     lines.append(progress)
+    lines.extend(oom_lines(text, steps))
     if not steps:
         return lines, steps
 
