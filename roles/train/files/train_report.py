@@ -182,7 +182,9 @@ def oom_lines(text: str, steps: dict[int, dict[str, float]]) -> list[str]:
         lines.append("  lower: " + "; or ".join(lower))
     elif knob:
         lines.append("  nothing left to lower here: a smaller model, LoRA or more GPUs (docs/memory.md)")
-    lines.append("  (the memory plan sized these for the card with its margin; a size pinned lower is still checked at render time)")
+    lines.append(
+        "  (the memory plan sized these for the card with its margin; a size pinned lower is still checked at render time)"
+    )
     return lines
 
 
