@@ -131,6 +131,13 @@ persistenced_path:
   type: str
   returned: always
   sample: /usr/bin/nvidia-persistenced
+persistenced_unsafe:
+  description:
+    - Why root must not run that program - the file or a directory above it is not root's, or its group or others may
+      write it; empty where only root can have written it, or where there is none.
+  type: str
+  returned: always
+  sample: ""
 systemd:
   description: Whether systemd runs the host (what sd_booted() asks); false in most containers.
   type: bool
@@ -276,6 +283,28 @@ def persistenced_path(smi: str | None) -> str | None:
     return shutil.which("nvidia-persistenced")
 
 
+def not_root_only(path: str | None) -> str:
+    """Why root must not run path: the file or a directory above it (links resolved) is not root's,
+    or group or others may write it; '' where only root can have written it (or no path)."""
+    if not path:
+        return ""
+    real = os.path.realpath(path)
+    current = real
+    while True:
+        try:
+            info = os.stat(current)
+        except OSError as error:
+            return "%s: %s" % (current, error.strerror)
+        if info.st_uid != 0:
+            return "%s (%s is owned by uid %d)" % (path, current, info.st_uid)
+        if info.st_mode & 0o022:
+            return "%s (%s is writable by its group or others, mode %o)" % (path, current, info.st_mode & 0o7777)
+        parent = os.path.dirname(current)
+        if parent == current:
+            return ""
+        current = parent
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -296,6 +325,7 @@ def run_module() -> None:
         "flavour": kernel_module["flavour"],
     }
     smi_found = smi_path(module.params["nvidia_smi"])
+    daemon = persistenced_path(smi_found)
     module.exit_json(
         changed=False,
         devices=pci_devices(root),
@@ -306,7 +336,8 @@ def run_module() -> None:
         nvidia_smi_path=smi_found,
         kernel=os.uname().release,
         secure_boot=secure_boot(root, module.params["mokutil"]),
-        persistenced_path=persistenced_path(smi_found),
+        persistenced_path=daemon,
+        persistenced_unsafe=not_root_only(daemon),
         systemd=os.path.isdir(os.path.join(root, "run", "systemd", "system")),
     )
 

@@ -306,7 +306,7 @@ except torch.OutOfMemoryError as error:
   local plot=() card peak
   [ "$MEMORY_PLOT" = 1 ] && plot=(--plot "$OUT/$name-report.png")
   card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-  case $card in *H200* | *"H100 80GB HBM3"*) peak=67 ;; *) peak=0 ;; esac
+  case $card in "NVIDIA H200" | "NVIDIA H100 80GB HBM3") peak=67 ;; *) peak=0 ;; esac
   {
     echo "== roles/train/files/train_report.py (what train.sh --report prints), $card, fp32 peak $peak TFLOP/s"
     python3 roles/train/files/train_report.py --model-config "$model/config.json" --card "$card" --peak-tflops "$peak" \

@@ -29,7 +29,7 @@ def test_the_driver_drives_every_card_or_nothing_was_changed(host, layer_state):
         # CI's containers: nothing to drive, and nothing changed.
         assert record["details"]["action"] == "none" and record["version"] == "none"
         assert record["details"]["reason"] == "no NVIDIA display device on the PCI bus"
-        assert record["details"]["persistenced"] is None
+        assert record["details"]["persistenced"] is None and record["details"]["persistenced_wanted"] is True
         assert not host.file("/etc/systemd/system/nvidia-persistenced.service").exists
         assert not host.file("/etc/modprobe.d/verl-p40-nouveau.conf").exists
         held = host.run("apt-mark showhold").stdout.split()
@@ -46,7 +46,11 @@ def test_the_driver_drives_every_card_or_nothing_was_changed(host, layer_state):
         proc = host.file("/proc/driver/nvidia/version").content_string
         assert "Open Kernel Module" not in proc
     assert "nouveau" not in host.run("cat /proc/modules").stdout.split()
-    # A GPU host runs systemd: the persistence daemon runs and every card is in persistence mode.
+    # A GPU host runs systemd: the persistence daemon runs and every card is in persistence mode
+    # (unless driver_persistenced is false, as the record says).
+    if not record["details"]["persistenced_wanted"]:
+        assert record["details"]["persistenced"] is None
+        return
     assert record["details"]["persistenced"] == "running"
     assert host.service("nvidia-persistenced").is_running and host.service("nvidia-persistenced").is_enabled
     modes = host.run("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader").stdout.split()

@@ -303,6 +303,15 @@ def test_nvidia_persistenced_runs_under_systemd(tmp_path_factory):
         assert again.returncode == 0 and re.search(r"changed=0\b", again.output), again.output[-3000:]
         host.sh("systemctl stop nvidia-persistenced")
         assert not host.exists("/run/nvidia-persistenced")
+        # A daemon that runs but leaves the cards out of persistence mode (nvidia-smi says Disabled
+        # whatever runs) is no daemon doing its work: the layer stops and says where to look.
+        host.sh("sed -i 's/mode=Enabled$/mode=Disabled/' /usr/local/bin/nvidia-smi")
+        off = host.play("--tags", "driver", driver_host_root=BUS, verify="driver")
+        assert off.returncode != 0
+        assert (
+            "nvidia-persistenced was started, but nvidia-smi reports persistence mode off on 00000000:03:00.0"
+            in " ".join(off.output.split())
+        )
 
 
 TWO_P40_SMI = r"""#!/bin/sh

@@ -656,6 +656,28 @@ def test_nvidia_persistenced_beside_nvidia_smi_else_on_path(tmp_path: Path, monk
     assert facts(tmp_path, str(tmp_path / "link" / "nvidia-smi"))["persistenced_path"] == str(beside)
 
 
+def test_root_runs_no_daemon_anyone_else_could_have_written(tmp_path: Path):
+    """The file and every directory above it (links resolved) root's and not group- or world-writable."""
+    assert driver_info.not_root_only(None) == "" == driver_info.not_root_only("")
+    env = os.path.realpath("/usr/bin/env")  # root's on any Debian host, as the packages' /usr/bin is
+    assert driver_info.not_root_only(env) == ""
+    # /tmp is world-writable (sticky): a program under it, root's or not, is refused.
+    daemon = tmp_path / "nvidia-persistenced"
+    daemon.write_text("#!/bin/sh\n")
+    daemon.chmod(0o755)
+    assert "is writable by its group or others" in driver_info.not_root_only(str(daemon))
+    os.chown(daemon, 1000, 1000)
+    assert driver_info.not_root_only(str(daemon)) == "%s (%s is owned by uid 1000)" % (daemon, daemon)
+    os.chown(daemon, 0, 0)
+    daemon.chmod(0o775)
+    assert "%s is writable by its group or others, mode 775" % daemon in driver_info.not_root_only(str(daemon))
+    # A link is judged by what it names.
+    link = tmp_path / "link"
+    link.symlink_to(env)
+    assert driver_info.not_root_only(str(link)) == ""
+    assert "No such file" in driver_info.not_root_only(str(tmp_path / "gone"))
+
+
 def test_systemd_is_read_from_run_systemd_system(tmp_path: Path):
     """sd_booted()'s test, under root: most containers have no systemd to start a daemon with."""
     absent = str(tmp_path / "absent-nvidia-smi")

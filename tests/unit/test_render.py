@@ -769,6 +769,8 @@ def test_the_vllm_lora_ranks_are_the_pinned_vllms():
     artifacts = yaml.safe_load((REPO / "roles/stack/defaults/main/artifacts.yml").read_text())["stack_artifacts"]
     assert str(artifacts["vllm_wheel"]["version"]) == "0.8.5"
     assert "vLLM 0.8.5 (the vllm layer's wheel)" in (REPO / "filter_plugins/memory.py").read_text()
+    # vllm/config.py of vLLM 0.8.5, LoRAConfig.__post_init__'s possible_max_ranks, as read from its sdist.
+    assert memory.VLLM_LORA_RANKS == (8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def test_render_cli_sizes_for_a_config_file_and_a_card(tmp_path: Path):
