@@ -23,6 +23,7 @@ needs 520.61.05 or newer.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from typing import Any
@@ -924,6 +925,22 @@ def driver_secure_boot(plan: dict[str, Any], state: str, key: str = "", cert: st
     return {"action": "stop", "args": [], "message": "Secure Boot is on, and " + why + "."}
 
 
+# A system user's name as useradd takes it (Debian's NAME_REGEX for system users, at most 32).
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+
+
+def driver_user_check(name: Any, training_user: str = "") -> str:
+    """Refuse a driver_persistenced_user that is no user name, root or the training user (the daemon
+    would run as a person, or root's account would be changed); '' when fine (for a template)."""
+    if not isinstance(name, str) or not USER_NAME.match(name) or name in ("root", training_user):
+        raise AnsibleFilterError(
+            "driver_persistenced_user %s is not a name for the daemon's system user: give lowercase letters,"
+            " digits, _ and - (at most 32, not starting with a digit or -), not root nor the training user %s,"
+            " or leave the default nvidia-persistenced." % (json.dumps(name), training_user)
+        )
+    return ""
+
+
 class FilterModule:
     """The driver layer's decisions."""
 
@@ -937,4 +954,5 @@ class FilterModule:
             "driver_decision": driver_decision,
             "driver_after_install": driver_after_install,
             "driver_secure_boot": driver_secure_boot,
+            "driver_user_check": driver_user_check,
         }

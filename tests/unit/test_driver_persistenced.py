@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import driver  # filter_plugins/driver.py (pytest.ini's pythonpath)
 import pytest
+from ansible.errors import AnsibleFilterError
 from conftest import REPO, run_play
 
 PLAY = {"vars_files": [str(path) for path in sorted((REPO / "roles/stack/defaults/main").glob("*.yml"))]}
@@ -138,22 +140,33 @@ def test_check_mode_on_a_systemd_host_does_not_ask_for_a_unit_not_written(tmp_pa
         ("-nvpd", True),
         ("1nvpd", True),
         ("", True),
+        (None, True),
         ("root", True),
         ("verl", True),
     ],
 )
-def test_the_users_name_is_checked_before_the_layer(tmp_path: Path, name: str, refused: bool):
+def test_the_users_name_is_a_system_users_not_root_nor_the_training_users(name: object, refused: bool):
+    if not refused:
+        assert driver.driver_user_check(name, "verl") == ""
+        return
+    with pytest.raises(AnsibleFilterError) as refusal:
+        driver.driver_user_check(name, "verl")
+    assert str(refusal.value).startswith(
+        "driver_persistenced_user %s is not a name for the daemon's system user" % (json.dumps(name))
+    )
+    assert "not root nor the training user verl" in str(refusal.value)
+
+
+def test_the_role_checks_the_name_before_the_layer(tmp_path: Path):
     task = {"name": "Driver", "ansible.builtin.include_role": {"name": "driver"}}
-    done = run_play(tmp_path, [task], "--check", "-e", json.dumps({"driver_persistenced_user": name}), **PLAY)
-    tasks = [t["task"]["name"].removeprefix("driver : ") for t in json.loads(done.stdout)["plays"][0]["tasks"]]
-    # The role's argument spec, then this check: nothing of the layer before it.
-    assert tasks[1].startswith("Validating arguments against arg spec 'main'")
-    assert tasks[2] == "Driver | Check the persistence daemon's user name"
-    result = json.loads(done.stdout)["plays"][0]["tasks"][2]["hosts"]["localhost"]
-    assert bool(result.get("failed")) == refused, result
-    if refused:
-        assert (
-            "driver_persistenced_user %s is not a name for the daemon's system user" % json.dumps(name)
-            in (result["msg"])
-        )
-        assert "not root nor the training user verl" in result["msg"]
+    done = run_play(tmp_path, [task], "--check", "-e", json.dumps({"driver_persistenced_user": "root"}), **PLAY)
+    assert done.returncode != 0
+    tasks = json.loads(done.stdout)["plays"][0]["tasks"]
+    # The role's argument spec, then this check, which fails: nothing of the layer ran.
+    assert [t["task"]["name"].removeprefix("driver : ") for t in tasks][1:] == [
+        tasks[1]["task"]["name"].removeprefix("driver : "),
+        "Driver | Check the persistence daemon's user name",
+    ]
+    assert tasks[1]["task"]["name"].removeprefix("driver : ").startswith("Validating arguments against arg spec")
+    result = tasks[2]["hosts"]["localhost"]
+    assert result.get("failed") and 'driver_persistenced_user "root" is not a name for the daemon' in result["msg"]
