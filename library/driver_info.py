@@ -149,6 +149,7 @@ import shutil
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.stack_files import writable_by_others
 
 NVIDIA_VENDOR = 0x10DE
 DISPLAY_CLASS = 0x03
@@ -285,20 +286,18 @@ def persistenced_path(smi: str | None) -> str | None:
 
 def not_root_only(path: str | None) -> str:
     """Why root must not run path: the file or a directory above it (links resolved) is not root's,
-    or group or others may write it; '' where only root can have written it (or no path)."""
+    or group or others may write it, a sticky one too (stack_files.writable_by_others, as for the
+    directory root writes in); '' where only root can have written it (or no path)."""
     if not path:
         return ""
-    real = os.path.realpath(path)
-    current = real
+    current = os.path.realpath(path)
     while True:
         try:
-            info = os.stat(current)
+            why = writable_by_others(os.stat(current), final=True)
         except OSError as error:
             return "%s: %s" % (current, error.strerror)
-        if info.st_uid != 0:
-            return "%s (%s is owned by uid %d)" % (path, current, info.st_uid)
-        if info.st_mode & 0o022:
-            return "%s (%s is writable by its group or others, mode %o)" % (path, current, info.st_mode & 0o7777)
+        if why:
+            return "%s (%s is %s)" % (path, current, why)
         parent = os.path.dirname(current)
         if parent == current:
             return ""

@@ -58,11 +58,13 @@ sys.path[:0] = [
     str(REPO / "library"),
     str(REPO / "filter_plugins"),
 ]
-import driver_info  # noqa: E402 - after the path above
+from repo import load_file, use_module_utils  # noqa: E402 - after the path above
+
+use_module_utils()  # driver_info imports ansible.module_utils.stack_files
+import driver_info  # noqa: E402
 import playbook  # noqa: E402
 from driver import AGAIN, DEBIAN_DISTRO_BRANCH, driver_plan  # noqa: E402
 from pci_bus import BUS, plant_bus  # noqa: E402
-from repo import load_file  # noqa: E402
 
 IMAGE = "localhost/verl-p40-debian:{release}"
 RELEASES = ("12", "13")

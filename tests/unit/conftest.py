@@ -19,14 +19,13 @@ import sys
 import tarfile
 from pathlib import Path
 
-import ansible.module_utils
 import pytest
 from playbook import command as playbook_command
+from repo import use_module_utils
 
 REPO = Path(__file__).resolve().parents[2]
 
-if str(REPO / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(REPO / "module_utils"))
+use_module_utils()
 
 
 def sdist_cache() -> Path:
