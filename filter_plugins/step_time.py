@@ -56,15 +56,14 @@ def step_estimate(
     if preset:
         if preset not in runs:
             return dict(none, why_not="no run measured for this preset")
-        name = preset
-        if not _same(_run(runs, name), settings):
+        name, run = preset, _run(runs, preset)
+        if not _same(run, settings):
             return dict(none, why_not="the settings are not those of the preset's measured run")
     else:
         found = [name for name in runs if _same(_run(runs, name), settings)]
         if not found:
             return dict(none, why_not="no measured run has these settings (a preset's have one)")
-        name = found[0]
-    run = _run(runs, name)
+        name, run = found[0], runs[found[0]]
     if int(n_gpus) != 1:
         return dict(none, why_not="runs were measured on one GPU only")
     if precision != "float32":
