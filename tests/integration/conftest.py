@@ -98,6 +98,10 @@ class Host:
                 " && chmod +x /usr/local/bin/nvidia-smi" % line
             )
 
+    def install_script(self, path: str, text: str) -> None:
+        """Write `text` (a script, ending in a newline) to `path` on the host, mode 0755."""
+        self.sh("cat > %s <<'EOF'\n%sEOF\nchmod 755 %s" % (path, text, path))
+
     def exists(self, path: str) -> bool:
         return self.sh("test -e %s" % path, check=False).returncode == 0
 

@@ -150,9 +150,13 @@ def test_secure_boot_without_a_key_stops_before_anything_changes(host):
     assert not host.exists("/var/cache/verl-p40/" + standin["file"])
 
 
+# A working R580 driver's nvidia-smi as the driver layer and preflight ask it, the persistence mode
+# on while the persistence daemon's pid file names a live process.
 P40_R580_SMI = r"""#!/bin/sh
+mode=Disabled
+pid=$(cat /var/run/nvidia-persistenced/nvidia-persistenced.pid 2>/dev/null) && kill -0 "$pid" 2>/dev/null && mode=Enabled
 case "$1" in
-  --query-gpu=driver_version,*) echo '580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled, Disabled' ;;
+  --query-gpu=driver_version,*) echo "580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled, $mode" ;;
   *) echo '0, Tesla P40, 6.1, 22919, 580.105.08, 00000000:03:00.0' ;;
 esac
 """
@@ -218,14 +222,10 @@ def runfile_path(host) -> None:
     assert host.sh("cat /var/log/nvidia-installer.log").stdout == log
     assert host.state("driver")["details"]["reboot_pending"] is True
 
-    # The reboot, simulated: the module loaded and bound, nvidia-smi answering (the driver layer's
-    # query and preflight's).
-    host.sh(
-        "mkdir -p {bus}/sys/module/nvidia && echo 580.105.08 > {bus}/sys/module/nvidia/version"
-        " && mkdir -p {bus}/sys/bus/pci/drivers/nvidia"
-        " && ln -s ../../../bus/pci/drivers/nvidia {bus}/sys/bus/pci/devices/0000:03:00.0/driver".format(bus=BUS)
-    )
-    host.sh("cat > /usr/local/bin/nvidia-smi <<'EOF'\n%sEOF\nchmod +x /usr/local/bin/nvidia-smi" % P40_R580_SMI)
+    # The reboot, simulated: sysfs anew, the module loaded and bound, nvidia-smi answering (the
+    # driver layer's query and preflight's).
+    plant_bus(host, loaded="580.105.08", bound=True)
+    host.install_script("/usr/local/bin/nvidia-smi", P40_R580_SMI)
     run = host.play("--tags", "driver", **args)
     assert run.returncode == 0, run.output[-3000:]
     record = host.state("driver")
@@ -251,18 +251,6 @@ def runfile_path(host) -> None:
     assert int(user[2]) < 1000 and user[6] == "/usr/sbin/nologin", user
 
 
-# A working R580 driver's nvidia-smi as the driver layer asks it, the persistence mode on while the
-# persistence daemon's pid file names a live process.
-P40_PERSISTENCE_SMI = r"""#!/bin/sh
-mode=Disabled
-pid=$(cat /var/run/nvidia-persistenced/nvidia-persistenced.pid 2>/dev/null) && kill -0 "$pid" 2>/dev/null && mode=Enabled
-case "$1" in
-  --query-gpu=driver_version,*) echo "580.105.08, 00000000:03:00.0, Tesla P40, 22919, Enabled, $mode" ;;
-  *) echo '0, Tesla P40, 6.1, 22919, 580.105.08, 00000000:03:00.0' ;;
-esac
-"""
-
-
 def test_nvidia_persistenced_runs_under_systemd(tmp_path_factory):
     """The unit the layer writes for the runfile's daemon, run by a real systemd (a container booted
     with it): a P40 on the stand-in bus under a working R580 driver that the layer keeps, the
@@ -271,21 +259,12 @@ def test_nvidia_persistenced_runs_under_systemd(tmp_path_factory):
     to persistence mode, and a stop leaves no runtime directory behind (systemd's, not an rm -rf)."""
     missing_vars_files()
     with container([IMAGE], tmp_path_factory, systemd=True) as host:
-        plant_bus(host)
         # The driver as after the reboot (test_the_runfile_path_..., above): loaded, bound, answering;
         # systemd runs the host (driver_info reads it under driver_host_root, as sys/ and proc/).
-        host.sh(
-            "mkdir -p {bus}/sys/module/nvidia {bus}/sys/bus/pci/drivers/nvidia {bus}/run/systemd/system"
-            " && echo 580.105.08 > {bus}/sys/module/nvidia/version"
-            " && ln -s ../../../bus/pci/drivers/nvidia {bus}/sys/bus/pci/devices/0000:03:00.0/driver".format(bus=BUS)
-        )
-        host.sh(
-            "cat > /usr/local/bin/nvidia-smi <<'EOF'\n%sEOF\nchmod +x /usr/local/bin/nvidia-smi" % P40_PERSISTENCE_SMI
-        )
-        host.sh(
-            "cat > /usr/bin/nvidia-persistenced <<'EOF'\n%sEOF\nchmod 755 /usr/bin/nvidia-persistenced"
-            % standin_driver.NVIDIA_PERSISTENCED
-        )
+        plant_bus(host, loaded="580.105.08", bound=True)
+        host.sh("mkdir -p %s/run/systemd/system" % BUS)
+        host.install_script("/usr/local/bin/nvidia-smi", P40_R580_SMI)
+        host.install_script("/usr/bin/nvidia-persistenced", standin_driver.NVIDIA_PERSISTENCED)
         run = host.play("--tags", "driver", driver_host_root=BUS)
         assert run.returncode == 0, run.output[-3000:]
         out = " ".join(run.output.split())
@@ -324,7 +303,7 @@ esac
 
 
 def test_two_gpus_without_peer_to_peer(host):
-    host.sh("cat > /usr/local/bin/nvidia-smi <<'EOF'\n%sEOF\nchmod +x /usr/local/bin/nvidia-smi" % TWO_P40_SMI)
+    host.install_script("/usr/local/bin/nvidia-smi", TWO_P40_SMI)
     try:
         # Two P40s' RAM estimate (24.5 GiB) is more than a CI machine has; memory is not this test's subject.
         run = host.play("--tags", "preflight", preflight_require_gpu=True, preflight_min_ram_gb=0)
