@@ -38,7 +38,9 @@ predictions against measurements):
   values     resident + micro x VALUES_FACTOR x layer
   update     resident + the larger of
                backward: gradients of the trainable weights (with several GPUs
-                 also the reduced shard of earlier micro-batches) + micro x activations, where
+                 also the reduced shard of earlier micro-batches; an offloaded
+                 optimizer's two moments, loaded back for the whole update) + micro x
+                 activations, where
                  activations are the logits path (2*S*V*4 + 2*R*V*4, actor only)
                  plus, with gradient checkpointing, each layer's input and one
                  layer recomputed, without it every layer's saved tensors
@@ -80,11 +82,20 @@ LOGPROB_FACTOR = 1.0
 # Critic values, micro 8: 1.98 GiB measured, 0.84 GiB of terms (eager attention's
 # score tensors, the MLP's): the terms miss something, so they are scaled up.
 VALUES_FACTOR = 2.4
-# Activations of an update (backward), not separable in those runs (the step peaked
-# there): 1.5 for the layer terms, the most that keeps the critic's backward at micro 8
-# (gradients + 8 sequences) under its measured step peak; 1.25 for the logits path.
+# Activations of an update (backward), per sequence, refitted on 2026-12-06 on seven runs of
+# 0.5B (every weight, PPO), 1.5B and 3B (GRPO, LoRA), each capped at 22 GiB on an H100 or an
+# H200 (tests/gpu/results: sized05b, recal05b, plan05b, plan05b-offload, lora15b-b16,
+# recal15b-b16, lora3b-3steps), once an offloaded optimizer's moments are counted in the
+# backward (_Run.update): with gradient checkpointing, 0.8 x the layer terms and 0.7 x the
+# logits path predict each run's actor and critic update from 0.06 to 0.63 GiB above its
+# measured peak (0.8 and 0.65 fit them within -0.08 to +0.16). Before, the backward was
+# fitted on no run whose update peaked there (1.5 and 1.25: the 1.5B LoRA update was
+# over-predicted by 3.60 GiB). Without gradient checkpointing no run was measured: every
+# layer's saved tensors keep the old, larger factor.
 TRAIN_LAYER_FACTOR = 1.5
-TRAIN_LOGITS_FACTOR = 1.25
+TRAIN_LOGITS_FACTOR = 0.7
+CHECKPOINTED_FACTOR = 0.8
+TRAIN_LOGITS_FACTOR = 0.7
 # Copies of the trainable fp32 weights at the optimizer step, above the resident ones:
 # actor 9.20 GiB = 5 x 1.84, critic 7.36 GiB = 4 x 1.84 (both optimizers offloaded,
 # so Adam's two moments are among them). Without offload the moments are resident.
@@ -94,7 +105,12 @@ STEP_COPIES = {"actor": 5, "critic": 4}
 # (a micro-batch of one runs at half the speed of a large one).
 CHECKPOINT_COST = 4 / 3
 MICRO_OVERHEAD = 1.0
-# Offloading an optimizer moves its state over PCIe twice a step; prefer not to.
+# Offloading an optimizer moves its state over PCIe twice a step; prefer not to, unless
+# keeping it on the GPU would take prompts from the rollout's generate() calls: the HF
+# rollout reads every weight for each token of each call, so a call of half the prompts
+# takes about as long as a whole one, and generation is the longest phase of a step (a
+# third of 0.5B's, three quarters of 1.5B LoRA's: docs/memory.md). Plans are ranked by
+# the rollout's prompts per call first, then by the update's cost.
 OFFLOAD_COST = 0.1
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -161,9 +177,9 @@ def phase_terms(
     return {
         "log_prob": math.ceil(LOGPROB_FACTOR * (logits_fwd + layer)),
         "values": math.ceil(VALUES_FACTOR * layer),
-        "actor_ckpt": math.ceil(TRAIN_LOGITS_FACTOR * logits_train + TRAIN_LAYER_FACTOR * checkpointed),
+        "actor_ckpt": math.ceil(TRAIN_LOGITS_FACTOR * logits_train + CHECKPOINTED_FACTOR * checkpointed),
         "actor_full": math.ceil(TRAIN_LOGITS_FACTOR * logits_train + TRAIN_LAYER_FACTOR * saved),
-        "critic_ckpt": math.ceil(TRAIN_LAYER_FACTOR * checkpointed),
+        "critic_ckpt": math.ceil(CHECKPOINTED_FACTOR * checkpointed),
         "critic_full": math.ceil(TRAIN_LAYER_FACTOR * saved),
     }
 
@@ -237,7 +253,12 @@ class _Run:
         # One GPU (NO_SHARD): autograd accumulates into the gradient in place. Several: FSDP
         # keeps the reduced shard of earlier micro-batches beside the new unsharded gradient.
         saved = t if accumulate and self.n_gpus > 1 else 0
-        backward = gather + t_full + saved + micro * act
+        # An offloaded optimizer's two moments are loaded back when the update starts and offloaded
+        # when it ends (verl 0.4.1's fsdp_workers.py, update_actor / update_critic), so they are on
+        # the GPU through the backward, not only the step (measured: 0.5B's update peaks at the
+        # same 13.04 GiB with the actor's Adam state offloaded or kept, plan05b-*-22gib).
+        loaded = 2 * t if offload[f"{role}_optimizer"] else 0
+        backward = gather + t_full + saved + loaded + micro * act
         copies = STEP_COPIES[role] - (0 if offload[f"{role}_optimizer"] else 2)
         step = copies * t
         return {"backward": backward, "step": step}
@@ -319,7 +340,7 @@ def memory_plan(
                 failures.append(plan)
                 continue
             plan["cost"] += OFFLOAD_COST * ((actor_off and (0.1 if run.lora else 1)) + (critic and critic_off))
-            if best is None or plan["cost"] < best["cost"] - 1e-9:
+            if best is None or _faster(plan, best):
                 best = plan
     if best is None:
         # The setting that saves the most (every optimizer offloaded) says what is left too big.
@@ -367,6 +388,13 @@ def memory_plan(
     )
     best.pop("cost")
     return best
+
+
+def _faster(plan: dict[str, Any], than: dict[str, Any]) -> bool:
+    """More prompts per generate() call first (OFFLOAD_COST's note), then the cheaper update."""
+    if plan["rollout_micro_batch_size"] != than["rollout_micro_batch_size"]:
+        return plan["rollout_micro_batch_size"] > than["rollout_micro_batch_size"]
+    return plan["cost"] < than["cost"] - 1e-9
 
 
 def _plan_for(

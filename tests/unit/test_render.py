@@ -782,11 +782,11 @@ def test_render_cli_sizes_for_a_config_file_and_a_card(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     plan = planned("Qwen2.5-1.5B-Instruct", lora_rank=32, adv_estimator="grpo")
     assert rollout_overrides(tmp_path / "a") == (plan["rollout_micro_batch_size"], plan["val_batch_size"])
-    # An 11 GiB card (a GTX 1080 Ti): the memory model refuses it, and so does the CLI.
+    # An 8 GiB card (a GTX 1080): the memory model refuses it, and so does the CLI.
     with pytest.raises(AnsibleFilterError, match="does not fit"):
-        planned("Qwen2.5-1.5B-Instruct", 11264, lora_rank=32, adv_estimator="grpo")
+        planned("Qwen2.5-1.5B-Instruct", 8192, lora_rank=32, adv_estimator="grpo")
     done = subprocess.run(
-        [*command, "--model-config", str(config), "--gpu-memory-mib", "11264"],
+        [*command, "--model-config", str(config), "--gpu-memory-mib", "8192"],
         check=False,
         capture_output=True,
         text=True,
