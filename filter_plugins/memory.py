@@ -88,14 +88,15 @@ VALUES_FACTOR = 2.4
 # recal15b-b16, lora3b-3steps), once an offloaded optimizer's moments are counted in the
 # backward (_Run.update): with gradient checkpointing, 0.8 x the layer terms and 0.7 x the
 # logits path predict each run's actor and critic update from 0.06 to 0.63 GiB above its
-# measured peak (0.8 and 0.65 fit them within -0.08 to +0.16). Before, the backward was
+# measured peak (0.8 and 0.65 fit them within -0.08 to +0.16; fewer points than runs: two
+# of the 0.5B runs share their knobs, every critic point is 0.5B at micro-batch 16, and at
+# micro-batch 4 0.5B's update peaks with its optimizer step). Before, the backward was
 # fitted on no run whose update peaked there (1.5 and 1.25: the 1.5B LoRA update was
 # over-predicted by 3.60 GiB). Without gradient checkpointing no run was measured: every
 # layer's saved tensors keep the old, larger factor.
 TRAIN_LAYER_FACTOR = 1.5
 TRAIN_LOGITS_FACTOR = 0.7
 CHECKPOINTED_FACTOR = 0.8
-TRAIN_LOGITS_FACTOR = 0.7
 # Copies of the trainable fp32 weights at the optimizer step, above the resident ones:
 # actor 9.20 GiB = 5 x 1.84, critic 7.36 GiB = 4 x 1.84 (both optimizers offloaded,
 # so Adam's two moments are among them). Without offload the moments are resident.
@@ -495,8 +496,8 @@ def _plan_for(
                 f"its optimizer step ({STEP_COPIES[role]} copies of the trainable fp32 weights: "
                 f"{_gib(parts['step'])} GiB)"
                 if term == "step"
-                else f"its backward at micro-batch {micro} ({_gib(parts['backward'])} GiB of gradients and "
-                f"activations, gradient checkpointing {'on' if ckpt else 'off'})"
+                else f"its backward at micro-batch {micro} ({_gib(parts['backward'])} GiB of gradients, optimizer "
+                f"state and activations, gradient checkpointing {'on' if ckpt else 'off'})"
             )
             return {
                 "problem": f"The {role} update: {what} beside {_gib(resident)} GiB of resident weights is "
