@@ -36,6 +36,19 @@ def lock(args: dict, check: bool = False) -> dict:
     return in_process(host_lock, args, check=check)
 
 
+def step_of(run_id: str) -> subprocess.Popen:
+    """A process of run `run_id` on this host (`sleep 60` with the run's variable), returned once it has
+    exec'd: until then /proc shows the environment of the forked pytest, without the variable, and the
+    module would not see the step (a race seen once)."""
+    step = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN=run_id))
+    wanted = ("VERL_P40_RUN=%s" % run_id).encode()
+    deadline = time.monotonic() + 10
+    while wanted not in Path("/proc/%d/environ" % step.pid).read_bytes().split(b"\0"):
+        assert time.monotonic() < deadline, "the step never exec'd"
+        time.sleep(0.01)
+    return step
+
+
 def run(name: str, **extra) -> dict:
     return dict(
         {"id": name, "controller": "ctl", "pid": 4242, "user": "alice", "started": "2026-12-01T00:00:00Z"}, **extra
@@ -90,8 +103,8 @@ def test_a_dead_runs_steps_keep_its_lock_even_from_break_lock(tmp_path):
     """The controller of run-a is gone, but a step of it still runs on the host: no takeover, whoever asks."""
     path = tmp_path / "run.lock"
     lock({"path": str(path), "run": run("run-a")})
-    step = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN="run-a"))
-    other = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN="run-ab"))
+    step = step_of("run-a")
+    other = step_of("run-ab")
     try:
         for how in ({"takeover": "run-a"}, {"break_lock": "run-a"}):
             refused = lock(dict({"path": str(path), "run": run("run-b")}, **how))
@@ -135,7 +148,7 @@ def test_an_unreadable_lock_stops_the_run_with_what_to_do(tmp_path, content, mon
     assert lock({"path": str(path), "run": run("run-b"), "takeover": ""})["_rc"] != 0
     assert path.read_text() == content
     # A step of some run still on the host: not even break_lock=unreadable takes it.
-    step = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN="run-q"))
+    step = step_of("run-q")
     ours.add(step.pid)
     try:
         busy = lock({"path": str(path), "run": run("run-b"), "break_lock": "unreadable"})
@@ -298,7 +311,7 @@ def test_a_live_holder_with_steps_running_is_simply_another_run(tmp_path):
     run is not called gone."""
     path = tmp_path / "run.lock"
     lock({"path": str(path), "run": run("run-a")})
-    step = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN="run-a"))
+    step = step_of("run-a")
     try:
         refused = lock({"path": str(path), "run": run("run-b")})
     finally:
@@ -321,7 +334,7 @@ def test_breaking_an_unreadable_lock_ignores_the_asking_runs_own_steps(tmp_path,
     monkeypatch.setattr(host_lock, "jobs_of", lambda *a, **k: [job for job in every(*a, **k) if job[0] in ours])
     path = tmp_path / "run.lock"
     path.write_text("{not json")
-    own = subprocess.Popen(["sleep", "60"], env=dict(os.environ, VERL_P40_RUN="run-b"))
+    own = step_of("run-b")
     ours.add(own.pid)
     try:
         taken = lock({"path": str(path), "run": run("run-b"), "break_lock": "unreadable"})
