@@ -258,9 +258,10 @@ class _Run:
         # when it ends (verl 0.4.1's fsdp_workers.py, update_actor / update_critic), so they are on
         # the GPU through the backward, not only the step (measured: 0.5B's update peaks at the
         # same 13.04 GiB with the actor's Adam state offloaded or kept, plan05b-*-22gib).
-        loaded = 2 * t if offload[f"{role}_optimizer"] else 0
+        offloaded = offload[f"{role}_optimizer"]
+        loaded = 2 * t if offloaded else 0
         backward = gather + t_full + saved + loaded + micro * act
-        copies = STEP_COPIES[role] - (0 if offload[f"{role}_optimizer"] else 2)
+        copies = STEP_COPIES[role] - (0 if offloaded else 2)
         step = copies * t
         return {"backward": backward, "step": step}
 
