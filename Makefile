@@ -116,15 +116,15 @@ verify-default: stack-root  ## then tests/infra verifies every layer in the defa
 cluster: stack-root  ## two hosts of STACK_ROOT as a Ray cluster
 	$(MIRROR) $(MOLECULE) test -s cluster $(LANE)
 
-# Under make lanes Debian 11 waits for the fault tests on new hosts (an order-only prerequisite):
+# Under make lanes Debian 13 waits for the fault tests on new hosts (an order-only prerequisite):
 # then it does not slow the default scenario's converge, which the built-host lanes wait for, and
-# runs beside them rather than after the cluster scenario.
-bullseye: images standins $(if $(LANES),| faults-new)  ## the system layers on Debian 11
-	$(MIRROR) $(MOLECULE) test -s bullseye $(LANE)
-
-# Debian 13 the same way, after Debian 11 under make lanes (one system-layer scenario at a time).
-trixie: images standins $(if $(LANES),| bullseye)  ## the system layers on Debian 13 (gcc-11 from bookworm, pinned)
+# runs beside them rather than after the cluster scenario. Debian 11 follows it (one scenario on a
+# new host at a time), the longer of the two first: the whole stack on 13, the system layers on 11.
+trixie: images standins $(if $(LANES),| faults-new)  ## the whole stack on Debian 13 (gcc-11 from bookworm, pinned)
 	$(MIRROR) $(MOLECULE) test -s trixie $(LANE)
+
+bullseye: images standins $(if $(LANES),| trixie)  ## the system layers on Debian 11
+	$(MIRROR) $(MOLECULE) test -s bullseye $(LANE)
 
 molecule: verify-default cluster bullseye trixie  ## every Molecule scenario: default (verified), cluster, bullseye, trixie
 

@@ -323,6 +323,58 @@ def test_conda_create_other_python_warns_and_uses_the_hosts(
     assert (prefix / "bin" / f"python{host[0]}.{host[1]}").exists()
 
 
+def host_pythons(tmp_path: Path, env: dict[str, str], versions: dict[str, str]) -> tuple[dict[str, str], Path]:
+    """A PATH directory of pythonX.Y stand-ins, each answering the conda's version probe with
+    the version given and logging its calls; `-m venv` runs the real python3 the conda runs on
+    (no second interpreter version is on this host)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    real = shutil.which("python3", path=env["PATH"])
+    for name, version in versions.items():
+        script = bin_dir / name
+        script.write_text(
+            "#!/bin/sh\n"
+            f'echo "{name} $*" >> {calls}\n'
+            f'[ "$1" = -I ] && [ "$2" = -c ] && {{ echo {version}; exit 0; }}\n'
+            f'exec {real} "$@"\n'
+        )
+        script.chmod(0o755)
+    return {**env, "PATH": f"{bin_dir}:{env['PATH']}"}, calls
+
+
+def test_conda_create_takes_the_hosts_python_of_the_version_asked(
+    conda_root: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    root, env = conda_root
+    host = host_python_version(root, env)
+    wanted = other_minor(host)
+    path_env, calls = host_pythons(tmp_path, env, {f"python{wanted}": f"{wanted}.9"})
+    prefix = tmp_path / "env"
+    done = conda(root, path_env, "create", "-y", "-p", str(prefix), f"python={wanted}")
+    assert done.returncode == 0, done.stderr
+    assert "standin: requested python" not in done.stderr
+    assert f"python{wanted} -m venv --without-pip {prefix}" in calls.read_text().splitlines()
+    assert f"+standin::python-{wanted}.9-host" in (prefix / "conda-meta" / "history").read_text()
+    assert f"with python {wanted}.9 (the host's)" in done.stdout
+
+
+def test_conda_create_refuses_a_host_python_of_another_version(
+    conda_root: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    # A pythonX.Y on PATH that is not X.Y (a link, a wrong install) is not taken for X.Y.
+    root, env = conda_root
+    host = host_python_version(root, env)
+    wanted = other_minor(host)
+    path_env, calls = host_pythons(tmp_path, env, {f"python{wanted}": "3.7.1"})
+    prefix = tmp_path / "env"
+    done = conda(root, path_env, "create", "-y", "-p", str(prefix), f"python={wanted}")
+    assert done.returncode == 0, done.stderr
+    assert f"standin: requested python {wanted}, using the host's python {host[0]}.{host[1]}" in done.stderr
+    assert "-m venv" not in calls.read_text()
+    assert "+standin::python-%d.%d.%d-host" % host in (prefix / "conda-meta" / "history").read_text()
+
+
 def test_conda_create_by_name_and_recreate(conda_root: tuple[Path, dict[str, str]]) -> None:
     root, env = conda_root
     done = conda(root, env, "create", "-y", "-n", "named", "python")
