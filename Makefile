@@ -39,7 +39,7 @@ FAULTS_BUILT := tests/integration/test_python_faults.py tests/integration/test_b
 # -u: each test's line reaches the lane's log (and its time) as it ends, not when the lane ends.
 FAULTS = $(BIN)/python -u -m pytest -v --dist loadscope --durations=15
 
-.PHONY: host-check render setup lint unit images standins stack-root verify-default cluster bullseye trixie molecule faults-new faults-built integration lanes test demo bench apex-proof driver-proof clean
+.PHONY: host-check render setup lint unit images standins stack-root verify-default cluster bullseye trixie molecule faults-new faults-built integration lanes test demo bench apex-proof driver-proof setup-proof clean
 
 setup: $(VENV)/.installed  ## the control node's virtual environment
 
@@ -174,6 +174,11 @@ apex-proof: images standins  ## the real Apex build (CUDA extensions, sm_61) thr
 # a real DKMS build of NVIDIA's module per release, for a Debian kernel, in a container (docs/driver.md).
 driver-proof: images standins  ## the driver layer's distro path on Debian 12 and 13, a real DKMS build; minutes, not in make test
 	$(MIRROR) $(BIN)/python tests/driver_proof/run.py
+
+# make setup and preflight end to end on Debian 11's Python 3.9: a CPython built here from Debian's
+# source stands in for the download uv makes (docs/control-node.md).
+setup-proof: images setup  ## make setup and preflight on Debian 11's Python 3.9, end to end; minutes, not in make test
+	$(BIN)/python tests/setup_proof/run.py
 
 PROFILE ?= pascal
 OUT ?= out/$(PROFILE)

@@ -165,7 +165,8 @@ def test_vars_describe_the_outputs(standins: Path, standin_vars: dict) -> None:
     assert git("--git-dir", verl["repo"], "rev-parse", "v0.4.1^{commit}") == verl["commit"]
     assert verl["upstream_commit"] == "8d9e350ea58c7ad4b50dd14d9dcb50577242c55f" != verl["commit"]
     text = (standins / "standins_python.yml").read_text()
-    assert "CONTAINER'S OWN python3" in text  # the comment the scenarios rely on
+    assert "CONTAINER'S OWN python: its" in text  # the comment the scenarios rely on
+    assert standin_vars["standin_conda_python_by_debian"] == {"11": "3.9", "12": "3.11", "13": "3.11"}
 
 
 def test_installer_bytes_are_reproducible(standins: Path, builder: ModuleType) -> None:
