@@ -124,13 +124,13 @@ def test_make_test_runs_molecule_and_integration_side_by_side():
 def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_stack_root():
     """make runs a prerequisite once however many targets name it: the default scenario's verify, the
     cluster scenario and the fault tests on built hosts all start after the default scenario has
-    converged its stack root, Debian 13 after the fault tests on new hosts, and Debian 11 after Debian 13."""
+    converged its stack root, Debian 13 after it too, and Debian 11 after the fault tests on new hosts."""
     run = shared("LANES=1", "molecule", "integration")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     order = [line for line in lines if "molecule " in line or "tests/integration/" in line]
     names = [re.search(r"\[([a-z-]+)\]", line).group(1) for line in order]
-    assert names == ["stack-root", "verify-default", "cluster", "faults-new", "trixie", "bullseye", "faults-built"], (
+    assert names == ["stack-root", "verify-default", "cluster", "faults-new", "bullseye", "trixie", "faults-built"], (
         order
     )
     # The default scenario: molecule test's steps up to side_effect, in one lane; the rest after it.
@@ -139,8 +139,8 @@ def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_stack_r
     assert re.findall(r"molecule ([a-z-]+) -s default", order[1]) == ["verify", "destroy"]
     assert [re.search(r"molecule test -s (\w+)", line).group(1) for line in order[2:] if "molecule test" in line] == [
         "cluster",
-        "trixie",
         "bullseye",
+        "trixie",
     ]
     # Each target's lines carry its name, and under make lanes none starts a mirror of its own.
     for line in order:
@@ -157,25 +157,28 @@ def test_the_built_faults_and_the_cluster_wait_for_the_default_scenarios_stack_r
 
 
 def runs_of(*args: str) -> list[str]:
-    """What a dry run of make with `args` starts, in order: "integration" for a fault-test line, the
-    scenario's name for a molecule test line."""
+    """What a dry run of make with `args` starts, in order: "integration" for a fault-test line,
+    "stack-root" for the default scenario's converge, the scenario's name for a molecule test line."""
     done = shared(*args)
     assert done.returncode == 0, done.stderr
     runs = []
     for line in done.stdout.splitlines():
         scenario = re.search(r"molecule test -s (\w+)", line)
-        if scenario or "tests/integration/" in line:
-            runs.append(scenario.group(1) if scenario else "integration")
+        if scenario or "tests/integration/" in line or "molecule converge -s default" in line:
+            runs.append(
+                scenario.group(1) if scenario else "integration" if "tests/integration/" in line else "stack-root"
+            )
     return runs
 
 
 @pytest.mark.parametrize(
     ("target", "under_lanes"),
-    [("trixie", ["integration", "trixie"]), ("bullseye", ["integration", "trixie", "bullseye"])],
+    [("trixie", ["stack-root", "trixie"]), ("bullseye", ["integration", "bullseye"])],
 )
 def test_the_scenarios_on_new_hosts_wait_their_turn_only_under_make_lanes(target: str, under_lanes: list[str]):
     """Alone, make bullseye (Debian 11) and make trixie (13) run their own scenario and nothing else;
-    under make lanes Debian 13 follows the fault tests on new hosts, and Debian 11 follows Debian 13."""
+    under make lanes Debian 13 follows the default scenario's converge, and Debian 11 the fault tests
+    on new hosts."""
     assert runs_of(target) == [target]
     assert runs_of("LANES=1", target) == under_lanes
 
