@@ -256,16 +256,19 @@ def pinned_uv(cache: Path, index: str, lock_text: str) -> Path:
 def uv_python(uv: Path, version: str) -> Candidate:
     """`uv python install <version>`, then the interpreter uv manages for it, probed."""
     mirror = os.environ.get("UV_PYTHON_INSTALL_MIRROR")
-    say(
-        "getting CPython %s with %s: `uv python install %s` downloads a python-build-standalone build from %s,"
-        " checked against the sha256 uv carries for it, into uv's Python directory (%s)"
-        % (
-            version,
-            uv,
-            version,
-            redacted(mirror) + " (UV_PYTHON_INSTALL_MIRROR)" if mirror else PYTHON_DOWNLOADS,
-            os.environ.get("UV_PYTHON_INSTALL_DIR") or "~/.local/share/uv/python",
+    listed = os.environ.get("UV_PYTHON_DOWNLOADS_JSON_URL")
+    if listed:
+        # uv's own variable: a downloads list of the user's (URLs and sha256s) replaces uv's.
+        source = "the build the list %s (UV_PYTHON_DOWNLOADS_JSON_URL) names, checked against the sha256 it gives" % (
+            redacted(listed)
         )
+    else:
+        source = "a python-build-standalone build from %s, checked against the sha256 uv carries for it" % (
+            redacted(mirror) + " (UV_PYTHON_INSTALL_MIRROR)" if mirror else PYTHON_DOWNLOADS
+        )
+    say(
+        "getting CPython %s with %s: `uv python install %s` downloads %s, into uv's Python directory (%s)"
+        % (version, uv, version, source, os.environ.get("UV_PYTHON_INSTALL_DIR") or "~/.local/share/uv/python")
     )
     install = subprocess.run([str(uv), "python", "install", version], capture_output=True, text=True, check=False)
     if install.returncode != 0:

@@ -250,3 +250,37 @@ def test_debian_11_python_39_uv_from_the_lock_and_the_steps(tmp_path: Path):
     assert "let uv reach its download: UV_PYTHON_INSTALL_MIRROR=" in uv and "rc=1" in uv
     # a Python 3.12 on PATH (a stand-in answering the probe) is taken, by the tool on 3.9
     assert found.strip().splitlines()[-2:] == ["/usr/local/bin/python3.12", "rc=0"], found
+
+
+@pytest.mark.parametrize(
+    ("variables", "said", "not_said"),
+    [
+        ({}, "downloads a python-build-standalone build from " + sp.PYTHON_DOWNLOADS, "UV_PYTHON_DOWNLOADS_JSON_URL"),
+        (
+            {"UV_PYTHON_INSTALL_MIRROR": "http://mirror.test/pbs"},
+            "build from http://mirror.test/pbs (UV_PYTHON_INSTALL_MIRROR), checked against the sha256 uv carries",
+            "UV_PYTHON_DOWNLOADS_JSON_URL",
+        ),
+        (
+            # uv's own list of downloads replaces its table and its sha256s (make setup-proof's stand-in)
+            {"UV_PYTHON_DOWNLOADS_JSON_URL": "/srv/list.json", "UV_PYTHON_INSTALL_MIRROR": "http://mirror.test/pbs"},
+            "downloads the build the list /srv/list.json (UV_PYTHON_DOWNLOADS_JSON_URL) names, checked against the"
+            " sha256 it gives",
+            "uv carries",
+        ),
+    ],
+)
+def test_the_tool_says_where_uv_downloads_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variables, said, not_said
+):
+    for name in ("UV_PYTHON_DOWNLOADS_JSON_URL", "UV_PYTHON_INSTALL_MIRROR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    uv = tmp_path / "uv"
+    uv.write_text("#!/bin/sh\necho 'no download' >&2\nexit 1\n")
+    uv.chmod(0o755)
+    with pytest.raises(RuntimeError, match="uv python install 3.11"):
+        sp.uv_python(uv, "3.11")
+    err = capsys.readouterr().err
+    assert said in err and not_said not in err
