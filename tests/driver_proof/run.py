@@ -58,7 +58,7 @@ sys.path[:0] = [
     str(REPO / "library"),
     str(REPO / "filter_plugins"),
 ]
-from repo import load_file, use_module_utils  # noqa: E402 - after the path above
+from repo import load_file, result_path, use_module_utils  # noqa: E402 - after the path above
 
 use_module_utils()  # driver_info imports ansible.module_utils.stack_files
 import driver_info  # noqa: E402
@@ -119,15 +119,6 @@ class Workdirs:
 
     def mktemp(self, name: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=name + "-", dir=self.root))
-
-
-def result_path(out: Path, today: str) -> Path:
-    """<out>/<today>.json, or the first <today>-N.json not there yet: a run never overwrites a kept result."""
-    path, n = out / ("%s.json" % today), 1
-    while path.exists():
-        n += 1
-        path = out / ("%s-%d.json" % (today, n))
-    return path
 
 
 def checks(release: str, kernel: str, found: dict[str, Any]) -> dict[str, bool]:

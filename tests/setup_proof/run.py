@@ -53,6 +53,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+from repo import result_path  # noqa: E402 - after the path above
+
 IMAGE = "localhost/verl-p40-debian:11"
 SOURCE_PACKAGE = "python3.11"  # Debian 12's source package of CPython 3.11
 SOURCE_SUITE = "bookworm"
@@ -275,15 +278,6 @@ def checks(built: dict[str, Any], found: dict[str, Any]) -> dict[str, bool]:
         "a second make setup does nothing": found["setup_again"]["rc"] == 0
         and "uv python install" not in found["setup_again"]["output"],
     }
-
-
-def result_path(out: Path, today: str) -> Path:
-    """<out>/<today>.json, or the first <today>-N.json not there yet: a run never overwrites a kept result."""
-    path, n = out / ("%s.json" % today), 1
-    while path.exists():
-        n += 1
-        path = out / ("%s-%d.json" % (today, n))
-    return path
 
 
 def plan() -> list[str]:

@@ -60,18 +60,6 @@ def test_dry_run_refuses_zero_jobs():
     assert "--jobs must be 1 or more" in done.stderr
 
 
-def test_make_apex_proof_runs_the_script():
-    done = subprocess.run(["make", "-n", "apex-proof"], capture_output=True, text=True, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "tests/apex_proof/run.py --jobs 2" in done.stdout
-
-
-def test_make_test_leaves_the_proof_out():
-    makefile = (REPO / "Makefile").read_text()
-    test_line = next(line for line in makefile.splitlines() if line.startswith("test:"))
-    assert "apex-proof" not in test_line
-
-
 @pytest.fixture
 def fake_torch(tmp_path: Path) -> Path:
     """A torch package whose version module says what PyPI's torch 2.6.0 says."""

@@ -38,15 +38,6 @@ def test_dry_run_plans_the_distro_path_on_debian_12_and_13():
     assert "roles/" not in done.stdout
 
 
-def test_make_driver_proof_runs_the_script_outside_make_test():
-    done = subprocess.run(["make", "-n", "driver-proof"], capture_output=True, text=True, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "tests/driver_proof/run.py" in done.stdout
-    makefile = (REPO / "Makefile").read_text()
-    test_line = next(line for line in makefile.splitlines() if line.startswith("test:"))
-    assert "driver-proof" not in test_line
-
-
 def test_the_debian_table_is_the_driver_layers():
     driver = load_file(REPO / "filter_plugins" / "driver.py", "driver_filters_for_proof")
     assert proof.BRANCH == {release: driver.DEBIAN_DISTRO_BRANCH[release] for release in proof.RELEASES}

@@ -257,3 +257,21 @@ def test_under_make_lanes_the_unit_suite_runs_last_in_line_for_the_cpu_in_its_ow
     alone = unit()
     assert alone.startswith("nice=%d mirror=http://127.0.0.1:9 makeflags=" % os.nice(0)), alone
     assert "makeflags=unset" not in alone and " session=%d " % os.getsid(0) in alone
+
+
+@pytest.mark.parametrize(
+    ("target", "script"),
+    [
+        ("apex-proof", "tests/apex_proof/run.py --jobs 2"),
+        ("driver-proof", "tests/driver_proof/run.py"),
+        ("setup-proof", "tests/setup_proof/run.py"),
+    ],
+)
+def test_each_proof_runs_its_script_outside_make_test(target: str, script: str):
+    """The proofs take minutes to an hour of both cores (docs/testing.md): each make target runs
+    its script, and make test runs none of them."""
+    run = make("-n", target)
+    assert run.returncode == 0, run.stderr
+    assert script in run.stdout
+    test_line = next(line for line in (REPO / "Makefile").read_text().splitlines() if line.startswith("test:"))
+    assert target not in test_line

@@ -46,15 +46,6 @@ def test_dry_run_plans_make_setup_and_preflight_on_debian_11():
     assert "roles/" not in done.stdout and "tools/" not in done.stdout
 
 
-def test_make_setup_proof_runs_the_script_outside_make_test():
-    done = subprocess.run(["make", "-n", "setup-proof"], capture_output=True, text=True, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "tests/setup_proof/run.py" in done.stdout
-    makefile = (REPO / "Makefile").read_text()
-    test_line = next(line for line in makefile.splitlines() if line.startswith("test:"))
-    assert "setup-proof" not in test_line
-
-
 def test_the_setup_python_version_is_one_make_setup_takes():
     # make setup's SETUP_PYTHON_VERSION takes 3.11 to 3.13 (tools/setup_python.py).
     setup_python = load_file(REPO / "tools" / "setup_python.py", "setup_python_for_proof")
@@ -141,9 +132,3 @@ def test_each_check_fails_on_its_broken_case(check: str, path: tuple[str, ...], 
     held = proof.checks(BUILT, found)
     assert not held[check], check
     assert [name for name, ok in held.items() if not ok] == [check]
-
-
-def test_a_result_never_overwrites_a_kept_one(tmp_path):
-    assert proof.result_path(tmp_path, "2026-12-06").name == "2026-12-06.json"
-    (tmp_path / "2026-12-06.json").write_text("{}")
-    assert proof.result_path(tmp_path, "2026-12-06").name == "2026-12-06-2.json"
