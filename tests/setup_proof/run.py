@@ -20,10 +20,12 @@ that path up to uv's refusal of a stand-in of another sha256. This proof goes th
    pip; make, the one package it lacks for `make setup`, installed first), a copy of the project
    at HEAD (git archive):
    a. `make setup SETUP_PYTHON_VERSION=3.11` with a downloads list whose sha256 is not the
-      file's: uv refuses it, make setup stops with the steps, no venv is left;
+      file's, uv's Python directory one of its own: uv's wheel is fetched from PyPI and checked
+      against requirements.txt's hashes, uv refuses the file, make setup stops with the steps, no
+      venv is left;
    b. `make setup SETUP_PYTHON_VERSION=3.11` with the right list: the tool finds no Python
-      3.11 to 3.13, fetches uv's wheel from PyPI checked against requirements.txt's hashes,
-      `uv python install 3.11` installs the stand-in, the venv is made on it and the lock
+      3.11 to 3.13, takes uv's wheel (fetched from PyPI by the refused run, checked against
+      requirements.txt's hashes), `uv python install 3.11` installs the stand-in, the venv is made on it and the lock
       installed with --require-hashes, the collections unpacked;
    c. `ansible-playbook site.yml --tags preflight -e preflight_require_gpu=false` with the
       venv's tools, against the default inventory (localhost): preflight on Debian 11;
@@ -66,6 +68,7 @@ CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Inside the proof container: the stand-in, its downloads lists, the project copy.
 SRV = "/srv/setup-proof"
 PROJECT = "/root/verl-p40"
+REFUSED_DIR = "/tmp/uv-refused"  # uv's Python directory for the refused run
 
 # Runs in a throwaway Debian 11 container, /out mounted: the CPython build (step 1).
 BUILD = r"""set -euo pipefail
@@ -168,10 +171,12 @@ def downloads(built: dict[str, Any], sha256: str | None = None) -> dict[str, Any
     }
 
 
-def setup_command(downloads_list: str) -> str:
-    """make setup as a Debian 11 user runs it, but for the proof's two variables."""
-    return "cd %s && UV_PYTHON_DOWNLOADS_JSON_URL=%s make setup SETUP_PYTHON_VERSION=%s" % (
+def setup_command(downloads_list: str, install_dir: str = "") -> str:
+    """make setup as a Debian 11 user runs it, but for the proof's variables (uv's Python directory
+    of its own for the refused run, so that nothing of it can serve the next)."""
+    return "cd %s && %sUV_PYTHON_DOWNLOADS_JSON_URL=%s make setup SETUP_PYTHON_VERSION=%s" % (
         PROJECT,
+        "UV_PYTHON_INSTALL_DIR=%s " % install_dir if install_dir else "",
         downloads_list,
         PYTHON,
     )
@@ -211,8 +216,9 @@ class Container:
     def sh(self, command: str) -> dict[str, Any]:
         start = time.monotonic()
         env = ["-e", "SSL_CERT_FILE=%s" % CA_BUNDLE, "-e", "PIP_CERT=%s" % CA_BUNDLE, "-e", "HOME=/root"]
-        done = podman("exec", *env, self.name, "bash", "-c", command + " 2>&1", check=False)
-        return {"rc": done.returncode, "seconds": round(time.monotonic() - start, 1), "output": done.stdout}
+        done = podman("exec", *env, self.name, "bash", "-c", "{ %s\n} 2>&1" % command, check=False)
+        output = done.stdout + done.stderr  # podman's own errors, if any, after the command's
+        return {"rc": done.returncode, "seconds": round(time.monotonic() - start, 1), "output": output}
 
     def put(self, source: Path, target: str) -> None:
         podman("cp", str(source), "%s:%s" % (self.name, target))
@@ -238,10 +244,8 @@ def measure(built: dict[str, Any], cache: Path, keep: bool) -> dict[str, Any]:
             " >/dev/null && make --version | head -n 1"
         )
         host.sh("tar -C %s -xf /tmp/project.tar" % PROJECT)
-        found["wrong"] = host.sh("UV_PYTHON_INSTALL_DIR=/tmp/uv-wrong " + setup_command(SRV + "/wrong.json"))
-        found["venv_after_wrong"] = host.sh("test -e %s/.venv/.installed && echo yes || echo no" % PROJECT)[
-            "output"
-        ].strip()
+        found["wrong"] = host.sh(setup_command(SRV + "/wrong.json", REFUSED_DIR))
+        found["venv_after_wrong"] = host.sh("test -e %s/.venv && echo yes || echo no" % PROJECT)["output"].strip()
         found["setup"] = host.sh(setup_command(SRV + "/right.json"))
         found["venv"] = host.sh(
             "%s/.venv/bin/python -c 'import sys, platform; print(platform.python_version(), sys._base_executable)';"
@@ -285,7 +289,7 @@ def plan() -> list[str]:
         "stand-in: CPython from Debian %s's source package %s, built in a container of %s, packed as"
         " python-build-standalone's install_only tarball (%s)" % (SOURCE_SUITE, SOURCE_PACKAGE, IMAGE, TARBALL),
         "container: %s, make installed, the project at HEAD in %s" % (IMAGE, PROJECT),
-        "refused: " + setup_command(SRV + "/wrong.json"),
+        "refused: " + setup_command(SRV + "/wrong.json", REFUSED_DIR),
         "setup: " + setup_command(SRV + "/right.json"),
         "preflight: " + PREFLIGHT,
         "again: " + setup_command(SRV + "/right.json"),
@@ -329,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(result, indent=2) + "\n")
     for name, ok in held.items():
         print("%s %s" % ("ok  " if ok else "FAIL", name))
-    print("result: %s" % path.relative_to(REPO) if path.is_relative_to(REPO) else path)
+    print("result: %s" % (path.relative_to(REPO) if path.is_relative_to(REPO) else path))
     return 0 if result["all_passed"] else 1
 
 

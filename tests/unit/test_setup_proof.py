@@ -35,11 +35,13 @@ def test_dry_run_plans_make_setup_and_preflight_on_debian_11():
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert any(line.startswith("container: localhost/verl-p40-debian:11") for line in lines)
-    for name, json_name in (("refused", "wrong.json"), ("setup", "right.json"), ("again", "right.json")):
+    for name, variables in (
+        ("refused", "UV_PYTHON_INSTALL_DIR=/tmp/uv-refused UV_PYTHON_DOWNLOADS_JSON_URL=/srv/setup-proof/wrong.json"),
+        ("setup", "UV_PYTHON_DOWNLOADS_JSON_URL=/srv/setup-proof/right.json"),
+        ("again", "UV_PYTHON_DOWNLOADS_JSON_URL=/srv/setup-proof/right.json"),
+    ):
         line = next(line for line in lines if line.startswith(name + ": "))
-        assert line.endswith(
-            "UV_PYTHON_DOWNLOADS_JSON_URL=/srv/setup-proof/%s make setup SETUP_PYTHON_VERSION=3.11" % json_name
-        )
+        assert line.endswith("cd /root/verl-p40 && %s make setup SETUP_PYTHON_VERSION=3.11" % variables), line
     preflight = next(line for line in lines if line.startswith("preflight: "))
     assert "ansible-playbook site.yml --tags preflight" in preflight and ". .venv/bin/activate" in preflight
     # The proof sets make setup's and uv's own variables, never a role default or the tool's code.
@@ -113,6 +115,12 @@ def test_every_check_holds_on_what_a_good_run_prints():
         ("make setup got CPython 3.11 with uv", ("setup", "rc"), 2),
         ("make setup got CPython 3.11 with uv", ("setup", "output"), "make setup: using /usr/bin/python3.11"),
         ("the venv runs on the stand-in", ("venv", "output"), "3.9.2 /usr/bin/python3.9\nansible-core==%s" % LOCKED),
+        ("the venv runs on the stand-in", ("venv", "output"), "3.11.2 /usr/bin/python3.11\nansible-core==%s" % LOCKED),
+        (
+            "the venv runs on the stand-in",
+            ("venv", "output"),
+            "3.11.9 /root/.local/share/uv/python/x/bin/python3.11\nansible-core==%s" % LOCKED,
+        ),
         (
             "the venv holds the lock",
             ("venv", "output"),
@@ -121,6 +129,7 @@ def test_every_check_holds_on_what_a_good_run_prints():
         ("preflight passed on Debian 11", ("preflight", "rc"), 2),
         ("preflight passed on Debian 11", ("preflight", "output"), "Debian 11\nlocalhost : ok=3 changed=0 failed=1"),
         ("a second make setup does nothing", ("setup_again", "output"), "`uv python install 3.11` downloads"),
+        ("a second make setup does nothing", ("setup_again", "rc"), 2),
     ],
 )
 def test_each_check_fails_on_its_broken_case(check: str, path: tuple[str, ...], value: Any):
