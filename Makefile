@@ -119,8 +119,7 @@ cluster: stack-root  ## two hosts of STACK_ROOT as a Ray cluster
 # Under make lanes the scenarios on new hosts wait (order-only prerequisites), so that they do not
 # slow the default scenario's converge, which the built-host lanes wait for: Debian 13, the whole
 # stack, for that converge, and runs beside the built-host lanes; Debian 11, the system layers, for
-# the fault tests on new hosts. After one another they made a tail of 14 minutes (CI's timings,
-# docs/testing.md).
+# the fault tests on new hosts. After one another they made the run's tail (docs/testing.md).
 trixie: images standins $(if $(LANES),| stack-root)  ## the whole stack on Debian 13 (gcc-11 from bookworm, pinned)
 	$(MIRROR) $(MOLECULE) test -s trixie $(LANE)
 
@@ -139,9 +138,10 @@ integration: faults-new faults-built  ## every fault test
 
 # The default scenario's converge comes first, beside the fault tests on new containers (then
 # Debian 11) and the unit suite (at the lowest priority, above); once its stack root is converged,
-# its verify, the cluster scenario and the fault tests on built hosts run side by side. One mirror
-# serves them all; a target that fails stops none of the others (--keep-going; only Debian 11 waits for the fault tests on new hosts to pass), so one run
-# shows every failure. Each line shows as it is printed (no --output-sync, which would hold a whole
+# Debian 13, its verify, the cluster scenario and the fault tests on built hosts run side by side.
+# One mirror serves them all; a target that fails stops none of the others (--keep-going), so one
+# run shows every failure, except that Debian 11 waits for the fault tests on new hosts to pass,
+# and Debian 13, like the built-host lanes, for the default scenario's converge. Each line shows as it is printed (no --output-sync, which would hold a whole
 # scenario's output back). The stack root goes when every user of it is done; after a failure it
 # stays, for a look at the host the failing test started from (make clean removes it).
 # (The removal is a line of its own: make -n runs every line that names $(MAKE).)

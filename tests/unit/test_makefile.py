@@ -275,3 +275,5 @@ def test_each_proof_runs_its_script_outside_make_test(target: str, script: str):
     assert script in run.stdout
     test_line = next(line for line in (REPO / "Makefile").read_text().splitlines() if line.startswith("test:"))
     assert target not in test_line
+    lanes = shared("LANES=1", "molecule", "integration", "unit")
+    assert lanes.returncode == 0 and script.split()[0] not in lanes.stdout

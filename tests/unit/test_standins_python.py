@@ -317,7 +317,9 @@ def test_conda_create_other_python_warns_and_uses_the_hosts(
     host = host_python_version(root, env)
     wanted = other_minor(host)
     prefix = tmp_path / "env"
-    done = conda(root, env, "create", "-y", "-p", str(prefix), f"python={wanted}")
+    # No python3.N on PATH: a machine that has one (pyenv, deadsnakes) would give it to the env.
+    (tmp_path / "empty").mkdir()
+    done = conda(root, {**env, "PATH": str(tmp_path / "empty")}, "create", "-y", "-p", str(prefix), f"python={wanted}")
     assert done.returncode == 0, done.stderr
     line = f"standin: requested python {wanted}, using the host's python {host[0]}.{host[1]}"
     assert line in done.stderr.splitlines()
