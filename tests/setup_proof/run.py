@@ -94,7 +94,7 @@ make install >/tmp/install.log 2>&1 || { tail -n 40 /tmp/install.log; exit 1; }
 version=$(/tmp/stage/python/bin/python3 -c 'import platform; print(platform.python_version())')
 /tmp/stage/python/bin/python3 -c 'import ssl, sqlite3, ctypes, lzma, bz2, zlib, readline, venv, ensurepip'
 missing=$(grep -A3 'necessary bits to build these optional modules were not found' /tmp/make.log || true)
-tarball=/out/cpython-$version+standin-x86_64-unknown-linux-gnu-install_only.tar.gz
+tarball=/out/@TARBALL@
 tar -C /tmp/stage -czf "$tarball.part" python && mv "$tarball.part" "$tarball"
 python3 - "$version" "$orig" "$tarball" "$missing" <<'EOF'
 import hashlib, json, os, sys
@@ -110,7 +110,11 @@ EOF
 
 
 def build_script() -> str:
-    return BUILD.replace("@SUITE@", SOURCE_SUITE).replace("@PACKAGE@", SOURCE_PACKAGE)
+    return (
+        BUILD.replace("@SUITE@", SOURCE_SUITE)
+        .replace("@PACKAGE@", SOURCE_PACKAGE)
+        .replace("@TARBALL@", TARBALL.format(version="$version"))
+    )
 
 
 def build_key() -> str:

@@ -141,3 +141,9 @@ def test_each_check_fails_on_its_broken_case(check: str, path: tuple[str, ...], 
     held = proof.checks(BUILT, found)
     assert not held[check], check
     assert [name for name, ok in held.items() if not ok] == [check]
+
+
+def test_the_build_writes_the_file_the_plan_names():
+    # One name for the stand-in's tarball: the build script's and the plan's come from TARBALL.
+    assert "tarball=/out/" + proof.TARBALL.format(version="$version") + "\n" in proof.build_script()
+    assert proof.TARBALL.format(version="3.11.2") == BUILT["file"]
