@@ -310,30 +310,16 @@ def test_conda_create_with_the_host_python(conda_root: tuple[Path, dict[str, str
     assert listed["envs"][0] == str(root) and str(prefix) in listed["envs"]
 
 
-def test_conda_create_other_python_warns_and_uses_the_hosts(
-    conda_root: tuple[Path, dict[str, str]], tmp_path: Path
-) -> None:
-    root, env = conda_root
-    host = host_python_version(root, env)
-    wanted = other_minor(host)
-    prefix = tmp_path / "env"
-    # No python3.N on PATH: a machine that has one (pyenv, deadsnakes) would give it to the env.
-    (tmp_path / "empty").mkdir()
-    done = conda(root, {**env, "PATH": str(tmp_path / "empty")}, "create", "-y", "-p", str(prefix), f"python={wanted}")
-    assert done.returncode == 0, done.stderr
-    line = f"standin: requested python {wanted}, using the host's python {host[0]}.{host[1]}"
-    assert line in done.stderr.splitlines()
-    assert (prefix / "bin" / f"python{host[0]}.{host[1]}").exists()
-
-
-def host_pythons(tmp_path: Path, env: dict[str, str], versions: dict[str, str]) -> tuple[dict[str, str], Path]:
-    """A PATH directory of pythonX.Y stand-ins, each answering the conda's version probe with
-    the version given and logging its calls; `-m venv` runs the real python3 the conda runs on
-    (no second interpreter version is on this host)."""
+def host_pythons(
+    tmp_path: Path, env: dict[str, str], real: str, versions: dict[str, str]
+) -> tuple[dict[str, str], Path]:
+    """A PATH of nothing but pythonX.Y stand-ins, each answering the conda's version probe with
+    the version given and logging its calls; `-m venv` runs `real`, the python3 the conda runs on
+    (no second interpreter version is on this host). Nothing else on PATH: a machine with a
+    real python3.N (pyenv, deadsnakes) cannot give it to the env."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
-    real = shutil.which("python3", path=env["PATH"])
     for name, version in versions.items():
         script = bin_dir / name
         script.write_text(
@@ -343,19 +329,42 @@ def host_pythons(tmp_path: Path, env: dict[str, str], versions: dict[str, str]) 
             f'exec {real} "$@"\n'
         )
         script.chmod(0o755)
-    return {**env, "PATH": f"{bin_dir}:{env['PATH']}"}, calls
+    return {**env, "PATH": str(bin_dir)}, calls
+
+
+def create_other_minor(
+    conda_root: tuple[Path, dict[str, str]], tmp_path: Path, answers: str = ""
+) -> tuple[subprocess.CompletedProcess[str], Path, tuple[int, int, int], str, Path]:
+    """conda create -y -p ENV python=<a minor that is not the host's>, on host_pythons' PATH: a
+    python<that minor> answering `answers` as its version ("{wanted}" in it: that minor), or none
+    without `answers`. Returns
+    what conda printed, ENV, the host's version, the minor asked for and the stand-ins' call log."""
+    root, env = conda_root
+    host = host_python_version(root, env)
+    wanted = other_minor(host)
+    real = json.loads(conda(root, env, "info", "--json").stdout)["sys.executable"]
+    path_env, calls = host_pythons(
+        tmp_path, env, real, {f"python{wanted}": answers.format(wanted=wanted)} if answers else {}
+    )
+    prefix = tmp_path / "env"
+    done = conda(root, path_env, "create", "-y", "-p", str(prefix), f"python={wanted}")
+    assert done.returncode == 0, done.stderr
+    return done, prefix, host, wanted, calls
+
+
+def test_conda_create_other_python_warns_and_uses_the_hosts(
+    conda_root: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    done, prefix, host, wanted, _ = create_other_minor(conda_root, tmp_path)
+    line = f"standin: requested python {wanted}, using the host's python {host[0]}.{host[1]}"
+    assert line in done.stderr.splitlines()
+    assert (prefix / "bin" / f"python{host[0]}.{host[1]}").exists()
 
 
 def test_conda_create_takes_the_hosts_python_of_the_version_asked(
     conda_root: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
-    root, env = conda_root
-    host = host_python_version(root, env)
-    wanted = other_minor(host)
-    path_env, calls = host_pythons(tmp_path, env, {f"python{wanted}": f"{wanted}.9"})
-    prefix = tmp_path / "env"
-    done = conda(root, path_env, "create", "-y", "-p", str(prefix), f"python={wanted}")
-    assert done.returncode == 0, done.stderr
+    done, prefix, _, wanted, calls = create_other_minor(conda_root, tmp_path, answers="{wanted}.9")
     assert "standin: requested python" not in done.stderr
     assert f"python{wanted} -m venv --without-pip {prefix}" in calls.read_text().splitlines()
     assert f"+standin::python-{wanted}.9-host" in (prefix / "conda-meta" / "history").read_text()
@@ -366,13 +375,7 @@ def test_conda_create_refuses_a_host_python_of_another_version(
     conda_root: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
     # A pythonX.Y on PATH that is not X.Y (a link, a wrong install) is not taken for X.Y.
-    root, env = conda_root
-    host = host_python_version(root, env)
-    wanted = other_minor(host)
-    path_env, calls = host_pythons(tmp_path, env, {f"python{wanted}": "3.7.1"})
-    prefix = tmp_path / "env"
-    done = conda(root, path_env, "create", "-y", "-p", str(prefix), f"python={wanted}")
-    assert done.returncode == 0, done.stderr
+    done, prefix, host, wanted, calls = create_other_minor(conda_root, tmp_path, answers="3.7.1")
     assert f"standin: requested python {wanted}, using the host's python {host[0]}.{host[1]}" in done.stderr
     assert "-m venv" not in calls.read_text()
     assert "+standin::python-%d.%d.%d-host" % host in (prefix / "conda-meta" / "history").read_text()
